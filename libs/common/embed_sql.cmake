@@ -1,0 +1,21 @@
+# Embeds the migration files into a C source: each file becomes a NUL-terminated
+# byte array plus an entry {version, name, sql} in st_migrations[], sorted by name.
+# Invoked at build time as: cmake -DSQL_DIR=... -DOUT=... -P embed_sql.cmake
+file(GLOB sql_files ${SQL_DIR}/*.sql)
+list(SORT sql_files)
+set(body "/* Generated from libs/common/sql by embed_sql.cmake; do not edit. */\n#include \"strand/pg.h\"\n")
+set(table "const st_migration_t st_migrations[] = {\n")
+set(i 0)
+foreach(f ${sql_files})
+  get_filename_component(name ${f} NAME_WE)
+  string(REGEX MATCH "^[0-9]+" version ${name})
+  string(REGEX REPLACE "^0+([0-9])" "\\1" version ${version})
+  file(READ ${f} hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "static const char sql_${i}[] = {${bytes}0x00};\n")
+  string(APPEND table "    {${version}, \"${name}\", sql_${i}},\n")
+  math(EXPR i "${i}+1")
+endforeach()
+string(APPEND table "};\nconst int st_migrations_count = ${i};\n")
+file(WRITE ${OUT}.tmp "${body}${table}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

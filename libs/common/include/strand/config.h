@@ -1,0 +1,41 @@
+/*
+ * config.h - service configuration from environment variables.
+ *
+ * Every service reads the same variables (docs/configuration.md lists them with their
+ * defaults); unknown values are rejected with a clear message rather than guessed.
+ */
+#ifndef STRAND_CONFIG_H
+#define STRAND_CONFIG_H
+
+#include "strand/err.h"
+
+typedef struct {
+    char service[32];          /* "api", "executor", ... (set by the caller) */
+    char node_id[64];          /* STRAND_NODE_ID, default: host name */
+    char pg_dsn[512];          /* STRAND_PG_DSN */
+    char kafka_brokers[256];   /* STRAND_KAFKA_BROKERS */
+    char topic_prefix[64];     /* STRAND_TOPIC_PREFIX */
+    int topic_partitions;      /* STRAND_TOPIC_PARTITIONS */
+    int topic_replication;     /* STRAND_TOPIC_REPLICATION */
+    char redis_url[256];       /* STRAND_REDIS_URL, empty = no Redis */
+    char http_addr[64];        /* STRAND_HTTP_ADDR */
+    int http_port;             /* STRAND_HTTP_PORT, default per service */
+    char log_level[16];        /* STRAND_LOG_LEVEL */
+    int max_attempts;          /* STRAND_MAX_ATTEMPTS: deliveries before dead-lettering */
+    int relay_batch;           /* STRAND_RELAY_BATCH: outbox rows per claim */
+    int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
+    int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
+} st_config_t;
+
+/* Fills `cfg` from the environment with the defaults for `service` applied first.
+ * `default_port` is the service's HTTP port when STRAND_HTTP_PORT is unset.
+ * Returns ST_ERR_CONFIG with the variable's name and problem in `eb` on bad input. */
+st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
+                        st_errbuf_t *eb);
+
+/* Full name of a topic: prefix + `suffix` ("signals" -> "strand.signals").
+ * Writes into `buf` (caller-owned) and returns it. */
+const char *st_config_topic(const st_config_t *cfg, const char *suffix, char *buf,
+                            size_t len);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * http.h - a small router over libevent's evhttp, shared by every service.
+ *
+ * Handlers see an opaque st_http_req_t and never include libevent headers. Each
+ * request must be answered exactly once with one of the st_http_reply_* functions;
+ * a handler that returns without answering gets a 500 and an error log line.
+ * Every request is counted in strand_http_requests_total{route,method,status} and
+ * timed in strand_http_request_duration_seconds{route}.
+ */
+#ifndef STRAND_HTTP_H
+#define STRAND_HTTP_H
+
+#include <jansson.h>
+
+#include "strand/err.h"
+
+typedef struct st_http_req st_http_req_t;
+typedef struct st_http_server st_http_server_t;
+typedef void (*st_http_handler_fn)(st_http_req_t *req, void *ctx);
+
+/* Binds addr:port on the event base `base` (a struct event_base *, passed as void *
+ * so that callers need no libevent header). Caller frees with st_http_server_free(). */
+st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body_bytes,
+                            st_http_server_t **out, st_errbuf_t *eb);
+void st_http_server_free(st_http_server_t *srv);
+
+/* Registers a route. `pattern` is a path with {name} segments ("/v1/instances/{id}").
+ * Routes are matched in registration order; `method` is "GET", "POST", ... */
+void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
+                   st_http_handler_fn fn, void *ctx);
+
+/* Path parameter by name. Borrowed; valid until the reply. NULL if absent. */
+const char *st_http_param(st_http_req_t *req, const char *name);
+/* Decoded query-string parameter. Borrowed; valid until the reply. NULL if absent. */
+const char *st_http_query(st_http_req_t *req, const char *name);
+/* Request header. Borrowed; valid until the reply. NULL if absent. */
+const char *st_http_header(st_http_req_t *req, const char *name);
+
+/* Parses the body as a JSON object. On failure answers 400 (or 413 if too large)
+ * with a problem body itself and returns NULL. Caller decrefs the result. */
+json_t *st_http_body_object(st_http_req_t *req);
+
+/* Answers with `body` as JSON. Steals the reference to `body`. */
+void st_http_reply_json(st_http_req_t *req, int status, json_t *body);
+/* Answers with a text body (copied). */
+void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,
+                        const char *text);
+/* Answers with application/problem+json: {"status","code","message","field"?,...}.
+ * `field` (a JSON pointer into the request) may be NULL; `extra` (may be NULL) is
+ * merged into the body and stolen. */
+void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
+                           const char *message, const char *field, json_t *extra);
+
+#endif

@@ -1,0 +1,38 @@
+/*
+ * notice.h - notices (something an operator should know) and dead letters (a message
+ * that could not be processed after bounded attempts). Both are written inside the
+ * caller's transaction and reach Kafka through the outbox.
+ */
+#ifndef STRAND_NOTICE_H
+#define STRAND_NOTICE_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "strand/err.h"
+
+/* Adds a Notice to the outbox for the notices topic, keyed by instance id.
+ * `code` is a stable name (DuplicateSignal, StaleSignal, UnknownInstance...);
+ * `instance_id`, `signal_id` and `detail` may be NULL; `detail` is borrowed.
+ * Expects the caller to hold an open transaction. */
+st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_id,
+                          const char *signal_id, const char *message, const json_t *detail,
+                          st_errbuf_t *eb);
+
+/* Where a dead message came from. */
+typedef struct {
+    const char *topic;       /* full topic name */
+    int partition;
+    long long offset;
+    const char *instance_id; /* may be NULL */
+} st_dead_letter_source_t;
+
+/* Records a dead letter (strand.dead_letters) and adds a DeadLetter envelope to the
+ * outbox for the dlq topic. `payload` is the original message, copied.
+ * Expects the caller to hold an open transaction. */
+st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
+                               const char *reason, int attempts, const char *node_id,
+                               const void *payload, size_t len, st_errbuf_t *eb);
+
+#endif

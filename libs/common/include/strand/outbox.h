@@ -1,0 +1,43 @@
+/*
+ * outbox.h - the transactional outbox and its relay.
+ *
+ * Every message a state change causes is written to strand.outbox in the same
+ * PostgreSQL transaction (st_outbox_add_tx); nothing on a transactional path produces
+ * to Kafka directly. The relay, a thread in each writing service, moves committed rows
+ * to Kafka: it wakes on LISTEN/NOTIFY, claims rows with FOR UPDATE SKIP LOCKED (so any
+ * number of replicas share the work), produces them with the idempotent producer and
+ * marks them published only after their delivery reports succeed. Published rows are
+ * purged after STRAND_OUTBOX_RETENTION_S.
+ */
+#ifndef STRAND_OUTBOX_H
+#define STRAND_OUTBOX_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "strand/config.h"
+#include "strand/err.h"
+
+/* The NOTIFY channel the relay listens on. */
+#define ST_OUTBOX_CHANNEL "strand_outbox"
+
+/* Appends one message for `topic` (a suffix such as ST_TOPIC_SIGNALS) with partition
+ * `key` (may be NULL). Expects the caller to hold an open transaction on `conn`; the
+ * relay is notified when it commits. `payload` is copied. */
+st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
+                          const void *payload, size_t len, st_errbuf_t *eb);
+
+typedef struct st_relay st_relay_t;
+
+/* Starts the relay thread. It connects (and reconnects) by itself; failures after
+ * start are logged and retried, never fatal. Caller stops it with st_relay_stop(). */
+st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *eb);
+
+/* Asks the relay to finish the batch in hand, waits for it, and frees it. */
+void st_relay_stop(st_relay_t *relay);
+
+/* True while the relay has a live PostgreSQL connection and its producer reaches a
+ * Kafka broker. */
+int st_relay_ready(const st_relay_t *relay);
+
+#endif

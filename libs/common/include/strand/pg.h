@@ -1,0 +1,56 @@
+/*
+ * pg.h - the PostgreSQL adapter: connections, parameterised queries, transactions,
+ * SQLSTATE translation into st_err_t, and versioned schema migrations.
+ *
+ * This is the only module that interprets libpq errors. A PGconn is owned by one
+ * thread at a time; services open one per worker thread.
+ */
+#ifndef STRAND_PG_H
+#define STRAND_PG_H
+
+#include <libpq-fe.h>
+
+#include "strand/err.h"
+
+/* Opens a connection (application_name = `app`). On success *out is owned by the
+ * caller (close with PQfinish()). Fails with ST_ERR_DB and libpq's message. */
+st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf_t *eb);
+
+/* Runs one parameterised statement. `params` are text values (NULL = SQL NULL).
+ * If `res` is not NULL it receives the result (caller frees with PQclear());
+ * otherwise the result is freed here. Errors: ST_ERR_SERIALIZATION (40001, 40P01),
+ * ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other class 22/23), ST_ERR_DB (connection
+ * lost), ST_ERR_INTERNAL (anything else), with the server's message in `eb`. */
+st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                    PGresult **res, st_errbuf_t *eb);
+
+/* Like st_pg_exec() with binary-format parameters allowed: `lengths`/`formats` as in
+ * PQexecParams (formats[i] = 1 for binary). */
+st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
+                        const char *const *params, const int *lengths, const int *formats,
+                        PGresult **res, st_errbuf_t *eb);
+
+st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb);
+st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb);
+/* Rolls back if a transaction is open; never fails (a lost connection is noticed by
+ * the next statement). */
+void st_pg_rollback(PGconn *conn);
+
+/* True if the connection is up; tries one reset if it is not. */
+int st_pg_ensure(PGconn *conn);
+
+/* One migration file, embedded in the binary at build time. */
+typedef struct {
+    int version;
+    const char *name;
+    const char *sql;
+} st_migration_t;
+extern const st_migration_t st_migrations[];
+extern const int st_migrations_count;
+
+/* Creates schema `strand` and applies every migration not yet recorded in
+ * strand.schema_migrations, each in its own transaction, under an advisory lock so
+ * that replicas starting together apply each migration exactly once. */
+st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * service.h - what every Strand executable shares at run time: configuration,
+ * logging, the HTTP port with /healthz, /readyz and /metrics, the libevent loop, and
+ * graceful shutdown on SIGTERM/SIGINT.
+ *
+ * A service's main() calls st_service_init(), registers its routes and readiness
+ * checks, starts its worker threads, calls st_service_run() (which returns when a
+ * stop signal arrives), stops its threads, and calls st_service_close().
+ */
+#ifndef STRAND_SERVICE_H
+#define STRAND_SERVICE_H
+
+#include "strand/config.h"
+#include "strand/err.h"
+#include "strand/http.h"
+
+#define ST_MAX_READY_CHECKS 8
+
+/* Returns nonzero when the component it checks is up. */
+typedef int (*st_ready_fn)(void *ctx);
+
+typedef struct {
+    st_config_t cfg;
+    void *base;                  /* struct event_base * */
+    st_http_server_t *http;
+    int stopping;                /* set once a stop signal arrived; read atomically */
+    int nready;
+    const char *ready_names[ST_MAX_READY_CHECKS];
+    st_ready_fn ready_fns[ST_MAX_READY_CHECKS];
+    void *ready_ctxs[ST_MAX_READY_CHECKS];
+    void *signal_events[2];
+    void *probe_pg;              /* PGconn * of st_service_add_dependency_checks() */
+    void *probe_kafka;           /* rd_kafka_t * of st_service_add_dependency_checks() */
+} st_service_t;
+
+/* Loads configuration (exits the process with status 2 and a clear message on bad
+ * configuration), initialises logging, binds the HTTP port and registers the
+ * health, readiness and metrics routes. */
+st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
+                         st_errbuf_t *eb);
+
+/* Adds a readiness check; /readyz answers 200 only when all of them pass. `name`
+ * must be a string literal or otherwise outlive the service. */
+void st_service_add_ready(st_service_t *svc, const char *name, st_ready_fn fn, void *ctx);
+
+/* Runs the event loop until SIGTERM or SIGINT. */
+void st_service_run(st_service_t *svc);
+
+/* True once a stop signal arrived; worker threads poll it between units of work. */
+int st_service_stopping(const st_service_t *svc);
+
+/* Idempotent start-up: applies pending schema migrations and creates missing Kafka
+ * topics, retrying with backoff while PostgreSQL or Kafka is unreachable, until it
+ * succeeds, a permanent error occurs, or a stop signal arrives. */
+st_err_t st_service_prepare(st_service_t *svc, st_errbuf_t *eb);
+
+/* Adds "postgres" and "kafka" readiness checks backed by a connection and a client
+ * of the service's own, for services whose workers do not report readiness
+ * themselves. Each check reconnects when it finds its connection down. */
+st_err_t st_service_add_dependency_checks(st_service_t *svc, st_errbuf_t *eb);
+
+/* Frees the HTTP server and the event loop. */
+void st_service_close(st_service_t *svc);
+
+#endif

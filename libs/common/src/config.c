@@ -1,0 +1,92 @@
+/* config.c - environment-variable configuration (see config.h, docs/configuration.md). */
+#include "strand/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static st_err_t read_string(const char *name, const char *def, char *dst, size_t len,
+                            st_errbuf_t *eb)
+{
+    const char *value = getenv(name);
+    if (value == NULL)
+        value = def;
+    if (strlen(value) >= len)
+        return st_err_set(eb, ST_ERR_CONFIG, "%s is longer than %zu characters", name,
+                          len - 1);
+    snprintf(dst, len, "%s", value);
+    return ST_OK;
+}
+
+static st_err_t read_int(const char *name, int def, int min, int max, int *dst,
+                         st_errbuf_t *eb)
+{
+    const char *value = getenv(name);
+    if (value == NULL || *value == '\0') {
+        *dst = def;
+        return ST_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || n < min || n > max)
+        return st_err_set(eb, ST_ERR_CONFIG, "%s must be an integer from %d to %d, got \"%s\"",
+                          name, min, max, value);
+    *dst = (int)n;
+    return ST_OK;
+}
+
+st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
+                        st_errbuf_t *eb)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->service, sizeof cfg->service, "%s", service);
+    char host[64] = "strand";
+    gethostname(host, sizeof host - 1);
+    st_err_t err;
+#define STR(var, def, field) \
+    if ((err = read_string(var, def, cfg->field, sizeof cfg->field, eb)) != ST_OK) return err
+#define INT(var, def, min, max, field) \
+    if ((err = read_int(var, def, min, max, &cfg->field, eb)) != ST_OK) return err
+    STR("STRAND_NODE_ID", host, node_id);
+    STR("STRAND_PG_DSN", "host=127.0.0.1 port=5432 dbname=strand user=strand", pg_dsn);
+    STR("STRAND_KAFKA_BROKERS", "127.0.0.1:9092", kafka_brokers);
+    STR("STRAND_TOPIC_PREFIX", "strand.", topic_prefix);
+    INT("STRAND_TOPIC_PARTITIONS", 8, 1, 4096, topic_partitions);
+    INT("STRAND_TOPIC_REPLICATION", 1, 1, 16, topic_replication);
+    STR("STRAND_REDIS_URL", "", redis_url);
+    STR("STRAND_HTTP_ADDR", "127.0.0.1", http_addr);
+    INT("STRAND_HTTP_PORT", default_port, 1, 65535, http_port);
+    STR("STRAND_LOG_LEVEL", "info", log_level);
+    INT("STRAND_MAX_ATTEMPTS", 5, 1, 1000, max_attempts);
+    INT("STRAND_RELAY_BATCH", 500, 1, 10000, relay_batch);
+    INT("STRAND_OUTBOX_RETENTION_S", 3600, 0, INT_MAX, outbox_retention_s);
+    INT("STRAND_HTTP_MAX_BODY", 1 << 20, 1024, 64 << 20, max_body_bytes);
+#undef STR
+#undef INT
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    int level_ok = 0;
+    for (int i = 0; i < 4; i++)
+        level_ok |= strcmp(cfg->log_level, levels[i]) == 0;
+    if (!level_ok)
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_LOG_LEVEL must be debug, info, warn or error, got \"%s\"",
+                          cfg->log_level);
+    if (cfg->kafka_brokers[0] == '\0')
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_KAFKA_BROKERS must not be empty");
+    if (cfg->redis_url[0] != '\0' && strncmp(cfg->redis_url, "redis://", 8) != 0)
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_REDIS_URL must look like redis://host:port, got \"%s\"",
+                          cfg->redis_url);
+    return ST_OK;
+}
+
+const char *st_config_topic(const st_config_t *cfg, const char *suffix, char *buf,
+                            size_t len)
+{
+    snprintf(buf, len, "%s%s", cfg->topic_prefix, suffix);
+    return buf;
+}

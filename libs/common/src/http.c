@@ -1,0 +1,326 @@
+/* http.c - evhttp router (see http.h). */
+#include "strand/http.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "strand/log.h"
+#include "strand/metrics.h"
+
+#define MAX_PARAMS 8
+#define MAX_SEGMENTS 16
+
+typedef struct route {
+    char method[8];
+    char pattern[128];
+    st_http_handler_fn fn;
+    void *ctx;
+    struct route *next;
+} route_t;
+
+struct st_http_server {
+    struct evhttp *evhttp;
+    route_t *routes, **tail;
+    int max_body;
+};
+
+struct st_http_req {
+    struct evhttp_request *ev;
+    const route_t *route;
+    int nparams;
+    char *param_names[MAX_PARAMS];
+    char *param_values[MAX_PARAMS];
+    struct evkeyvalq query;
+    int query_parsed;
+    int status;      /* 0 until answered */
+    int max_body;
+};
+
+static const char *method_name(enum evhttp_cmd_type cmd)
+{
+    switch (cmd) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    default: return "OTHER";
+    }
+}
+
+/* Splits "/a/b/c" into segments in place; returns the count or -1 if too many. */
+static int split_path(char *path, char **segs)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(path, "/", &save); tok != NULL; tok = strtok_r(NULL, "/", &save)) {
+        if (n == MAX_SEGMENTS)
+            return -1;
+        segs[n++] = tok;
+    }
+    return n;
+}
+
+/* Matches the decoded path against a route pattern, filling req's parameters. */
+static int route_match(const route_t *rt, const char *path, st_http_req_t *req)
+{
+    char pbuf[128], ubuf[1024];
+    char *psegs[MAX_SEGMENTS], *usegs[MAX_SEGMENTS];
+    snprintf(pbuf, sizeof pbuf, "%s", rt->pattern);
+    if (strlen(path) >= sizeof ubuf)
+        return 0;
+    snprintf(ubuf, sizeof ubuf, "%s", path);
+    int pn = split_path(pbuf, psegs), un = split_path(ubuf, usegs);
+    if (pn < 0 || un < 0 || pn != un)
+        return 0;
+    for (int i = 0; i < pn; i++) {
+        if (psegs[i][0] == '{')
+            continue;
+        if (strcmp(psegs[i], usegs[i]) != 0)
+            return 0;
+    }
+    req->nparams = 0;
+    for (int i = 0; i < pn && req->nparams < MAX_PARAMS; i++) {
+        if (psegs[i][0] != '{')
+            continue;
+        size_t len = strlen(psegs[i]);
+        req->param_names[req->nparams] = strndup(psegs[i] + 1, len - 2);
+        req->param_values[req->nparams] = strdup(usegs[i]);
+        req->nparams++;
+    }
+    return 1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void dispatch(struct evhttp_request *ev, void *arg)
+{
+    st_http_server_t *srv = arg;
+    double started = now_seconds();
+    st_http_req_t req = {.ev = ev, .max_body = srv->max_body};
+    const char *method = method_name(evhttp_request_get_command(ev));
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
+    const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
+    char *path = raw_path ? evhttp_uridecode(raw_path, 0, NULL) : NULL;
+    int path_known = 0;
+    for (const route_t *rt = srv->routes; path != NULL && rt != NULL; rt = rt->next) {
+        if (!route_match(rt, path, &req))
+            continue;
+        path_known = 1;
+        if (strcmp(rt->method, method) != 0) {
+            for (int i = 0; i < req.nparams; i++) {
+                free(req.param_names[i]);
+                free(req.param_values[i]);
+            }
+            req.nparams = 0;
+            continue;
+        }
+        req.route = rt;
+        break;
+    }
+    if (req.route != NULL) {
+        req.route->fn(&req, req.route->ctx);
+        if (req.status == 0) {
+            st_log_error("handler returned without a reply", "route=%s", req.route->pattern);
+            st_http_reply_problem(&req, 500, "internal", "the handler did not answer", NULL,
+                                  NULL);
+        }
+    } else if (path_known) {
+        st_http_reply_problem(&req, 405, "method_not_allowed",
+                              "this path does not accept that method", NULL, NULL);
+    } else {
+        st_http_reply_problem(&req, 404, "route_not_found", "no such route", NULL, NULL);
+    }
+    char labels[256];
+    const char *pattern = req.route ? req.route->pattern : "unmatched";
+    snprintf(labels, sizeof labels, "route=\"%s\",method=\"%s\",status=\"%d\"", pattern,
+             method, req.status);
+    st_metric_inc(st_metrics_counter("strand_http_requests_total", "HTTP requests answered",
+                                     labels));
+    snprintf(labels, sizeof labels, "route=\"%s\"", pattern);
+    st_metric_observe(st_metrics_histogram("strand_http_request_duration_seconds",
+                                           "HTTP request handling time", labels),
+                      now_seconds() - started);
+    for (int i = 0; i < req.nparams; i++) {
+        free(req.param_names[i]);
+        free(req.param_values[i]);
+    }
+    if (req.query_parsed)
+        evhttp_clear_headers(&req.query);
+    free(path);
+}
+
+st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body_bytes,
+                            st_http_server_t **out, st_errbuf_t *eb)
+{
+    st_http_server_t *srv = calloc(1, sizeof *srv);
+    if (srv == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the HTTP server");
+    srv->evhttp = evhttp_new(base);
+    srv->tail = &srv->routes;
+    srv->max_body = max_body_bytes;
+    if (srv->evhttp == NULL || evhttp_bind_socket(srv->evhttp, addr, (ev_uint16_t)port) != 0) {
+        if (srv->evhttp)
+            evhttp_free(srv->evhttp);
+        free(srv);
+        return st_err_set(eb, ST_ERR_CONFIG, "could not listen on %s:%d", addr, port);
+    }
+    /* Oversized bodies are refused by evhttp itself (413) before a handler runs. */
+    evhttp_set_max_body_size(srv->evhttp, (ev_ssize_t)max_body_bytes);
+    evhttp_set_timeout(srv->evhttp, 30);
+    evhttp_set_allowed_methods(srv->evhttp, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                                EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH |
+                                                EVHTTP_REQ_HEAD);
+    evhttp_set_gencb(srv->evhttp, dispatch, srv);
+    *out = srv;
+    return ST_OK;
+}
+
+void st_http_server_free(st_http_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    evhttp_free(srv->evhttp);
+    route_t *rt = srv->routes;
+    while (rt != NULL) {
+        route_t *next = rt->next;
+        free(rt);
+        rt = next;
+    }
+    free(srv);
+}
+
+void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
+                   st_http_handler_fn fn, void *ctx)
+{
+    route_t *rt = calloc(1, sizeof *rt);
+    if (rt == NULL)
+        abort();
+    snprintf(rt->method, sizeof rt->method, "%s", method);
+    snprintf(rt->pattern, sizeof rt->pattern, "%s", pattern);
+    rt->fn = fn;
+    rt->ctx = ctx;
+    *srv->tail = rt;
+    srv->tail = &rt->next;
+}
+
+const char *st_http_param(st_http_req_t *req, const char *name)
+{
+    for (int i = 0; i < req->nparams; i++)
+        if (strcmp(req->param_names[i], name) == 0)
+            return req->param_values[i];
+    return NULL;
+}
+
+const char *st_http_query(st_http_req_t *req, const char *name)
+{
+    if (!req->query_parsed) {
+        req->query.tqh_first = NULL;   /* TAILQ_INIT without <sys/queue.h> */
+        req->query.tqh_last = &req->query.tqh_first;
+        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req->ev);
+        const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
+        if (q != NULL)
+            evhttp_parse_query_str(q, &req->query);
+        req->query_parsed = 1;
+    }
+    return evhttp_find_header(&req->query, name);
+}
+
+const char *st_http_header(st_http_req_t *req, const char *name)
+{
+    return evhttp_find_header(evhttp_request_get_input_headers(req->ev), name);
+}
+
+json_t *st_http_body_object(st_http_req_t *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req->ev);
+    size_t len = evbuffer_get_length(in);
+    if (len > (size_t)req->max_body) {
+        st_http_reply_problem(req, 413, "body_too_large", "the request body is too large",
+                              NULL, NULL);
+        return NULL;
+    }
+    const char *data = (const char *)evbuffer_pullup(in, -1);
+    json_error_t jerr;
+    json_t *doc = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the body is not valid JSON: %s (line %d, column %d)",
+                 jerr.text, jerr.line, jerr.column);
+        st_http_reply_problem(req, 400, "invalid_json", msg, "", NULL);
+        return NULL;
+    }
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        st_http_reply_problem(req, 400, "invalid_body", "the body must be a JSON object", "",
+                              NULL);
+        return NULL;
+    }
+    return doc;
+}
+
+static void reply(st_http_req_t *req, int status, const char *content_type,
+                  const char *data, size_t len)
+{
+    if (req->status != 0) {
+        st_log_error("second reply to one request ignored", "status=%d", status);
+        return;
+    }
+    req->status = status;
+    struct evkeyvalq *headers = evhttp_request_get_output_headers(req->ev);
+    evhttp_add_header(headers, "Content-Type", content_type);
+    struct evbuffer *out = evbuffer_new();
+    evbuffer_add(out, data, len);
+    evhttp_send_reply(req->ev, status, NULL, out);
+    evbuffer_free(out);
+}
+
+void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,
+                        const char *text)
+{
+    reply(req, status, content_type, text, strlen(text));
+}
+
+static void reply_json_as(st_http_req_t *req, int status, const char *content_type,
+                          json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    if (text == NULL) {
+        reply(req, 500, "text/plain", "could not encode the response", 29);
+        return;
+    }
+    reply(req, status, content_type, text, strlen(text));
+    free(text);
+}
+
+void st_http_reply_json(st_http_req_t *req, int status, json_t *body)
+{
+    reply_json_as(req, status, "application/json", body);
+}
+
+void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
+                           const char *message, const char *field, json_t *extra)
+{
+    json_t *body = json_pack("{s:i, s:s, s:s}", "status", status, "code", code, "message",
+                             message);
+    if (field != NULL)
+        json_object_set_new(body, "field", json_string(field));
+    if (extra != NULL) {
+        json_object_update(body, extra);
+        json_decref(extra);
+    }
+    reply_json_as(req, status, "application/problem+json", body);
+}

@@ -1,0 +1,93 @@
+/* notice.c - notices and dead letters through the outbox (see notice.h). */
+#include "strand/notice.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/kafka.h"
+#include "strand/metrics.h"
+#include "strand/outbox.h"
+#include "strand/pg.h"
+#include "strand/proto/strand.pb-c.h"
+#include "strand/util.h"
+
+st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_id,
+                          const char *signal_id, const char *message, const json_t *detail,
+                          st_errbuf_t *eb)
+{
+    Strand__V1__Notice msg = STRAND__V1__NOTICE__INIT;
+    msg.envelope_version = 1;
+    msg.code = (char *)code;
+    msg.instance_id = (char *)(instance_id ? instance_id : "");
+    msg.signal_id = (char *)(signal_id ? signal_id : "");
+    msg.message = (char *)message;
+    msg.occurred_at_ms = st_now_ms();
+    char *detail_text = detail ? json_dumps(detail, JSON_COMPACT) : strdup("{}");
+    if (detail_text == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+    msg.detail.data = (uint8_t *)detail_text;
+    msg.detail.len = strlen(detail_text);
+    size_t len = strand__v1__notice__get_packed_size(&msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL) {
+        free(detail_text);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+    }
+    strand__v1__notice__pack(&msg, buf);
+    st_err_t err = st_outbox_add_tx(conn, ST_TOPIC_NOTICES, instance_id, buf, len, eb);
+    free(buf);
+    free(detail_text);
+    if (err == ST_OK) {
+        char labels[96];
+        snprintf(labels, sizeof labels, "code=\"%s\"", code);
+        st_metric_inc(st_metrics_counter("strand_notices_total", "Notices raised", labels));
+    }
+    return err;
+}
+
+st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
+                               const char *reason, int attempts, const char *node_id,
+                               const void *payload, size_t len, st_errbuf_t *eb)
+{
+    static const char *const sql_dead_letter_insert =
+        "INSERT INTO strand.dead_letters (source_topic, source_partition, source_offset,"
+        " instance_id, reason, attempts, node_id, payload)"
+        " VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8)";
+    char partition[16], offset[24], attempts_text[16];
+    snprintf(partition, sizeof partition, "%d", src->partition);
+    snprintf(offset, sizeof offset, "%lld", src->offset);
+    snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
+    const char *instance = src->instance_id && st_uuid_valid(src->instance_id)
+                               ? src->instance_id : NULL;
+    const char *params[] = {src->topic, partition, offset, instance, reason,
+                            attempts_text, node_id, payload};
+    int lengths[] = {0, 0, 0, 0, 0, 0, 0, (int)len};
+    int formats[] = {0, 0, 0, 0, 0, 0, 0, 1};
+    st_err_t err = st_pg_exec_bin(conn, sql_dead_letter_insert, 8, params, lengths, formats,
+                                  NULL, eb);
+    if (err != ST_OK)
+        return err;
+    Strand__V1__DeadLetter msg = STRAND__V1__DEAD_LETTER__INIT;
+    msg.envelope_version = 1;
+    msg.source_topic = (char *)src->topic;
+    msg.source_partition = src->partition;
+    msg.source_offset = src->offset;
+    msg.reason = (char *)reason;
+    msg.attempts = (uint32_t)attempts;
+    msg.node_id = (char *)node_id;
+    msg.original.data = (uint8_t *)payload;
+    msg.original.len = len;
+    msg.occurred_at_ms = st_now_ms();
+    size_t out_len = strand__v1__dead_letter__get_packed_size(&msg);
+    uint8_t *buf = malloc(out_len ? out_len : 1);
+    if (buf == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode a dead letter");
+    strand__v1__dead_letter__pack(&msg, buf);
+    err = st_outbox_add_tx(conn, ST_TOPIC_DLQ, instance, buf, out_len, eb);
+    free(buf);
+    if (err == ST_OK)
+        st_metric_inc(st_metrics_counter("strand_dead_letters_total",
+                                         "Messages moved to the dead-letter store", NULL));
+    return err;
+}

@@ -1,0 +1,162 @@
+/* pg.c - PostgreSQL adapter (see pg.h). */
+#include "strand/pg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/log.h"
+
+/* Arbitrary constant: the advisory lock key that serialises migrations. */
+#define MIGRATION_LOCK_KEY "7306531"
+
+st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf_t *eb)
+{
+    /* Server NOTICEs (e.g. "already exists, skipping") would go to stderr raw;
+     * warnings and errors still arrive through results. */
+    const char *keys[] = {"dbname", "application_name", "connect_timeout", "options", NULL};
+    const char *values[] = {dsn, app, "5", "-c client_min_messages=warning", NULL};
+    PGconn *conn = PQconnectdbParams(keys, values, 1 /* expand dbname as a DSN */);
+    if (conn == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate a PostgreSQL connection");
+    if (PQstatus(conn) != CONNECTION_OK) {
+        st_err_t err = st_err_set(eb, ST_ERR_DB, "could not connect to PostgreSQL: %s",
+                                  PQerrorMessage(conn));
+        PQfinish(conn);
+        return err;
+    }
+    *out = conn;
+    return ST_OK;
+}
+
+static st_err_t translate(PGconn *conn, PGresult *res, st_errbuf_t *eb)
+{
+    if (PQstatus(conn) != CONNECTION_OK)
+        return st_err_set(eb, ST_ERR_DB, "PostgreSQL connection lost: %s",
+                          PQerrorMessage(conn));
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+    st_err_t err = ST_ERR_INTERNAL;
+    if (state == NULL)
+        err = ST_ERR_DB;
+    else if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
+        err = ST_ERR_SERIALIZATION;
+    else if (strcmp(state, "23505") == 0)
+        err = ST_ERR_DUPLICATE;
+    else if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0)
+        err = ST_ERR_INVALID;
+    else if (strncmp(state, "08", 2) == 0 || strncmp(state, "57", 2) == 0)
+        err = ST_ERR_DB;
+    return st_err_set(eb, err, "%s", msg);
+}
+
+st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
+                        const char *const *params, const int *lengths, const int *formats,
+                        PGresult **res, st_errbuf_t *eb)
+{
+    if (res != NULL)
+        *res = NULL;
+    PGresult *r = PQexecParams(conn, sql, nparams, NULL, params, lengths, formats, 0);
+    ExecStatusType status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        st_err_t err = translate(conn, r, eb);
+        PQclear(r);
+        return err;
+    }
+    if (res != NULL)
+        *res = r;
+    else
+        PQclear(r);
+    return ST_OK;
+}
+
+st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                    PGresult **res, st_errbuf_t *eb)
+{
+    return st_pg_exec_bin(conn, sql, nparams, params, NULL, NULL, res, eb);
+}
+
+st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb)
+{
+    return st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
+}
+
+st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb)
+{
+    return st_pg_exec(conn, "COMMIT", 0, NULL, NULL, eb);
+}
+
+void st_pg_rollback(PGconn *conn)
+{
+    if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        PGresult *r = PQexec(conn, "ROLLBACK");
+        PQclear(r);
+    }
+}
+
+int st_pg_ensure(PGconn *conn)
+{
+    if (PQstatus(conn) == CONNECTION_OK)
+        return 1;
+    PQreset(conn);
+    return PQstatus(conn) == CONNECTION_OK;
+}
+
+st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb)
+{
+    static const char *const setup =
+        "SELECT pg_advisory_lock(" MIGRATION_LOCK_KEY ");"
+        "CREATE SCHEMA IF NOT EXISTS strand;"
+        "CREATE TABLE IF NOT EXISTS strand.schema_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())";
+    PGresult *r = PQexec(conn, setup);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        st_err_t err = translate(conn, r, eb);
+        PQclear(r);
+        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATION_LOCK_KEY ")"));
+        return err;
+    }
+    PQclear(r);
+    st_err_t err = ST_OK;
+    for (int i = 0; i < st_migrations_count && err == ST_OK; i++) {
+        const st_migration_t *m = &st_migrations[i];
+        char version[16];
+        snprintf(version, sizeof version, "%d", m->version);
+        const char *params[] = {version, m->name};
+        PGresult *seen = NULL;
+        err = st_pg_exec(conn, "SELECT 1 FROM strand.schema_migrations WHERE version = $1",
+                         1, params, &seen, eb);
+        if (err != ST_OK)
+            break;
+        int applied = PQntuples(seen) > 0;
+        PQclear(seen);
+        if (applied)
+            continue;
+        /* Simple query protocol: a migration file holds several statements. */
+        if ((err = st_pg_begin(conn, eb)) != ST_OK)
+            break;
+        r = PQexec(conn, m->sql);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+            err = translate(conn, r, eb);
+            PQclear(r);
+            st_pg_rollback(conn);
+            char detail[sizeof eb->msg];
+            snprintf(detail, sizeof detail, "%s", eb ? eb->msg : "");
+            st_err_set(eb, err, "migration %s failed: %s", m->name, detail);
+            break;
+        }
+        PQclear(r);
+        err = st_pg_exec(conn,
+                         "INSERT INTO strand.schema_migrations (version, name) VALUES ($1, $2)",
+                         2, params, NULL, eb);
+        if (err == ST_OK)
+            err = st_pg_commit(conn, eb);
+        if (err != ST_OK)
+            st_pg_rollback(conn);
+        else
+            st_log_info("applied schema migration", "%s", m->name);
+    }
+    PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATION_LOCK_KEY ")"));
+    return err;
+}

@@ -1,0 +1,350 @@
+/*
+ * relay.c - the outbox relay thread (see outbox.h).
+ *
+ * States: CONNECT (PostgreSQL + LISTEN, retried with backoff) -> DRAIN (claim and
+ * publish batches until a claim comes back short) -> WAIT (poll(2) on the
+ * notification socket and the stop pipe; a 30 s timeout is the safety net for a
+ * missed notification) -> DRAIN ... A lost connection goes back to CONNECT.
+ */
+#include "strand/outbox.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "strand/kafka.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/pg.h"
+
+#define SAFETY_WAIT_MS 30000
+#define PURGE_EVERY_S 60
+
+struct st_relay {
+    st_config_t cfg;
+    pthread_t thread;
+    int stop_pipe[2];
+    int stopping;       /* atomic */
+    int ready;          /* atomic: PostgreSQL connected and LISTENing */
+    int kafka_up;       /* atomic: the producer reaches a broker */
+    PGconn *conn;
+    rd_kafka_t *producer;
+    time_t last_purge;
+    st_metric_t *published, *failed, *lag, *backlog;
+};
+
+/* Delivery status of one row, written by the delivery-report callback. */
+typedef struct {
+    int done;
+    rd_kafka_resp_err_t err;
+} delivery_t;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+    st_relay_t *r = opaque;
+    if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+    delivery_t *d = msg->_private;
+    if (d != NULL) {
+        d->err = msg->err;
+        d->done = 1;
+    }
+}
+
+st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
+                          const void *payload, size_t len, st_errbuf_t *eb)
+{
+    static const char *const sql_outbox_insert =
+        "INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3)";
+    const char *params[] = {topic, key, payload};
+    int lengths[] = {0, 0, (int)len};
+    int formats[] = {0, 0, 1};
+    st_err_t err = st_pg_exec_bin(conn, sql_outbox_insert, 3, params, lengths, formats, NULL, eb);
+    if (err != ST_OK)
+        return err;
+    return st_pg_exec(conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, eb);
+}
+
+static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    st_relay_t *r = opaque;
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+        __atomic_store_n(&r->kafka_up, 0, __ATOMIC_RELEASE);
+    st_log_warn("kafka producer error", "%s: %s", rd_kafka_err2name(err), reason);
+}
+
+static int relay_stopping(const st_relay_t *r)
+{
+    return __atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE);
+}
+
+/* Sleeps up to `ms`, returning early when stop is requested. */
+static void relay_pause(st_relay_t *r, int ms)
+{
+    struct pollfd pfd = {.fd = r->stop_pipe[0], .events = POLLIN};
+    poll(&pfd, 1, ms);
+}
+
+static void relay_disconnect(st_relay_t *r)
+{
+    __atomic_store_n(&r->ready, 0, __ATOMIC_RELEASE);
+    if (r->conn != NULL)
+        PQfinish(r->conn);
+    r->conn = NULL;
+}
+
+static int relay_connect(st_relay_t *r)
+{
+    st_errbuf_t eb;
+    if (st_pg_connect(r->cfg.pg_dsn, "strand-relay", &r->conn, &eb) != ST_OK) {
+        st_log_warn("relay could not connect to PostgreSQL", "%s", eb.msg);
+        return 0;
+    }
+    if (st_pg_exec(r->conn, "LISTEN " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
+        st_log_warn("relay could not LISTEN", "%s", eb.msg);
+        relay_disconnect(r);
+        return 0;
+    }
+    __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+    if (st_kafka_connected(r->producer))
+        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Claims up to relay_batch rows, publishes them, marks the delivered ones.
+ * Returns the number of rows claimed, or -1 on a database error. */
+static int relay_drain_once(st_relay_t *r)
+{
+    static const char *const sql_outbox_claim =
+        "SELECT id, topic, key, payload,"
+        " extract(epoch FROM (clock_timestamp() - created_at))"
+        " FROM strand.outbox WHERE published_at IS NULL"
+        " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+    static const char *const sql_outbox_mark =
+        "UPDATE strand.outbox SET published_at = now() WHERE id = ANY($1::bigint[])";
+    st_errbuf_t eb;
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", r->cfg.relay_batch);
+    const char *params[] = {limit};
+    if (st_pg_begin(r->conn, &eb) != ST_OK)
+        goto db_error;
+    PGresult *rows = NULL;
+    /* Text results: payload arrives hex-escaped and is unescaped per row below. */
+    PGresult *res = PQexecParams(r->conn, sql_outbox_claim, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(eb.msg, sizeof eb.msg, "%s", PQerrorMessage(r->conn));
+        PQclear(res);
+        goto db_error;
+    }
+    rows = res;
+    int n = PQntuples(rows);
+    if (n == 0) {
+        PQclear(rows);
+        st_pg_rollback(r->conn);
+        return 0;
+    }
+    delivery_t *status = calloc((size_t)n, sizeof *status);
+    unsigned char **payloads = calloc((size_t)n, sizeof *payloads);
+    size_t *lengths = calloc((size_t)n, sizeof *lengths);
+    if (status == NULL || payloads == NULL || lengths == NULL)
+        abort();
+    for (int i = 0; i < n; i++) {
+        char topic[256];
+        st_config_topic(&r->cfg, PQgetvalue(rows, i, 1), topic, sizeof topic);
+        const char *key = PQgetisnull(rows, i, 2) ? NULL : PQgetvalue(rows, i, 2);
+        payloads[i] = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 3), &lengths[i]);
+        rd_kafka_resp_err_t perr;
+        for (;;) {
+            perr = rd_kafka_producev(
+                r->producer, RD_KAFKA_V_TOPIC(topic),
+                RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                RD_KAFKA_V_VALUE(payloads[i], lengths[i]), RD_KAFKA_V_OPAQUE(&status[i]),
+                RD_KAFKA_V_END);
+            if (perr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                break;
+            rd_kafka_poll(r->producer, 100);
+        }
+        if (perr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            status[i].done = 1;
+            status[i].err = perr;
+        }
+    }
+    rd_kafka_flush(r->producer, 30000);
+    /* Build the id array of the rows Kafka acknowledged. */
+    size_t cap = (size_t)n * 24 + 4, len = 0;
+    char *ids = malloc(cap);
+    if (ids == NULL)
+        abort();
+    ids[len++] = '{';
+    int delivered = 0;
+    for (int i = 0; i < n; i++) {
+        if (!status[i].done || status[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            st_metric_inc(r->failed);
+            st_log_warn("could not publish outbox row",
+                        "id=%s topic=%s error=%s", PQgetvalue(rows, i, 0),
+                        PQgetvalue(rows, i, 1),
+                        status[i].done ? rd_kafka_err2str(status[i].err) : "no delivery report");
+            continue;
+        }
+        len += (size_t)snprintf(ids + len, cap - len, "%s%s", delivered ? "," : "",
+                                PQgetvalue(rows, i, 0));
+        st_metric_observe(r->lag, atof(PQgetvalue(rows, i, 4)));
+        delivered++;
+    }
+    ids[len++] = '}';
+    ids[len] = '\0';
+    for (int i = 0; i < n; i++)
+        PQfreemem(payloads[i]);
+    free(payloads);
+    free(lengths);
+    free(status);
+    PQclear(rows);
+    const char *mark_params[] = {ids};
+    st_err_t err = delivered ? st_pg_exec(r->conn, sql_outbox_mark, 1, mark_params, NULL, &eb)
+                             : ST_OK;
+    free(ids);
+    if (err != ST_OK || st_pg_commit(r->conn, &eb) != ST_OK)
+        goto db_error;
+    st_metric_add(r->published, delivered);
+    if (delivered < n)
+        relay_pause(r, 1000);  /* Kafka trouble: do not spin on the same rows */
+    return n;
+
+db_error:
+    st_log_warn("outbox relay database error", "%s", eb.msg);
+    st_pg_rollback(r->conn);
+    return -1;
+}
+
+static void relay_purge(st_relay_t *r)
+{
+    static const char *const sql_outbox_purge =
+        "DELETE FROM strand.outbox WHERE id IN (SELECT id FROM strand.outbox"
+        " WHERE published_at < now() - make_interval(secs => $1) LIMIT 10000)";
+    static const char *const sql_outbox_backlog =
+        "SELECT count(*) FROM strand.outbox WHERE published_at IS NULL";
+    time_t now = time(NULL);
+    if (now - r->last_purge < PURGE_EVERY_S)
+        return;
+    r->last_purge = now;
+    char secs[16];
+    snprintf(secs, sizeof secs, "%d", r->cfg.outbox_retention_s);
+    const char *params[] = {secs};
+    st_errbuf_t eb;
+    if (st_pg_exec(r->conn, sql_outbox_purge, 1, params, NULL, &eb) != ST_OK)
+        st_log_warn("could not purge published outbox rows", "%s", eb.msg);
+    PGresult *res = NULL;
+    if (st_pg_exec(r->conn, sql_outbox_backlog, 0, NULL, &res, &eb) == ST_OK) {
+        st_metric_set(r->backlog, atof(PQgetvalue(res, 0, 0)));
+        PQclear(res);
+    }
+}
+
+/* Waits for a notification, a stop request or the safety timeout. */
+static void relay_wait(st_relay_t *r)
+{
+    /* Notifications that arrived while a claim query ran are already buffered in
+     * libpq; the socket will not signal them again. */
+    PQconsumeInput(r->conn);
+    PGnotify *pending = PQnotifies(r->conn);
+    if (pending != NULL) {
+        do
+            PQfreemem(pending);
+        while ((pending = PQnotifies(r->conn)) != NULL);
+        return;
+    }
+    struct pollfd pfd[2] = {{.fd = PQsocket(r->conn), .events = POLLIN},
+                            {.fd = r->stop_pipe[0], .events = POLLIN}};
+    int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
+    poll(pfd, 2, kafka_up ? SAFETY_WAIT_MS : 1000);
+    rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
+    if (!kafka_up && st_kafka_connected(r->producer))
+        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+    PQconsumeInput(r->conn);
+    PGnotify *note;
+    while ((note = PQnotifies(r->conn)) != NULL)
+        PQfreemem(note);
+}
+
+static void *relay_main(void *arg)
+{
+    st_relay_t *r = arg;
+    int backoff_ms = 100;
+    while (!relay_stopping(r)) {
+        if (r->conn == NULL && !relay_connect(r)) {
+            relay_pause(r, backoff_ms);
+            backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
+            continue;
+        }
+        backoff_ms = 100;
+        int n = 0;
+        while (!relay_stopping(r) && (n = relay_drain_once(r)) == r->cfg.relay_batch)
+            ;
+        if (n < 0 || PQstatus(r->conn) != CONNECTION_OK) {
+            relay_disconnect(r);
+            continue;
+        }
+        relay_purge(r);
+        if (!relay_stopping(r))
+            relay_wait(r);
+    }
+    relay_disconnect(r);
+    return NULL;
+}
+
+st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *eb)
+{
+    st_relay_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the relay");
+    r->cfg = *cfg;
+    r->published = st_metrics_counter("strand_outbox_published_total",
+                                      "Outbox rows published to Kafka", NULL);
+    r->failed = st_metrics_counter("strand_outbox_publish_failures_total",
+                                   "Outbox rows whose delivery failed (retried)", NULL);
+    r->lag = st_metrics_histogram("strand_outbox_relay_lag_seconds",
+                                  "Time from outbox insert to Kafka delivery", NULL);
+    r->backlog = st_metrics_gauge("strand_outbox_backlog",
+                                  "Unpublished outbox rows (sampled every minute)", NULL);
+    st_kafka_callbacks_t cbs = {on_delivery, on_kafka_error, r};
+    st_err_t err = st_kafka_producer_new(cfg, &cbs, &r->producer, eb);
+    if (err != ST_OK) {
+        free(r);
+        return err;
+    }
+    if (pipe(r->stop_pipe) != 0 ||
+        pthread_create(&r->thread, NULL, relay_main, r) != 0) {
+        rd_kafka_destroy(r->producer);
+        free(r);
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the relay thread: %s",
+                          strerror(errno));
+    }
+    *out = r;
+    return ST_OK;
+}
+
+void st_relay_stop(st_relay_t *r)
+{
+    if (r == NULL)
+        return;
+    __atomic_store_n(&r->stopping, 1, __ATOMIC_RELEASE);
+    ssize_t ignored = write(r->stop_pipe[1], "x", 1);
+    (void)ignored;
+    pthread_join(r->thread, NULL);
+    rd_kafka_flush(r->producer, 5000);
+    rd_kafka_destroy(r->producer);
+    close(r->stop_pipe[0]);
+    close(r->stop_pipe[1]);
+    free(r);
+}
+
+int st_relay_ready(const st_relay_t *r)
+{
+    return r != NULL && __atomic_load_n(&r->ready, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
+}

@@ -1,0 +1,181 @@
+/* service.c - shared service runtime (see service.h). */
+#include "strand/service.h"
+
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strand/kafka.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/pg.h"
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    st_service_t *svc = arg;
+    st_log_info("stop signal received, shutting down", "signal=%d", (int)sig);
+    __atomic_store_n(&svc->stopping, 1, __ATOMIC_RELEASE);
+    event_base_loopexit(svc->base, NULL);
+}
+
+static void handle_healthz(st_http_req_t *req, void *ctx)
+{
+    st_http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void handle_readyz(st_http_req_t *req, void *ctx)
+{
+    st_service_t *svc = ctx;
+    json_t *checks = json_object();
+    int ready = !st_service_stopping(svc);
+    for (int i = 0; i < svc->nready; i++) {
+        int ok = svc->ready_fns[i](svc->ready_ctxs[i]);
+        ready &= ok != 0;
+        json_object_set_new(checks, svc->ready_names[i], json_string(ok ? "up" : "down"));
+    }
+    st_http_reply_json(req, ready ? 200 : 503,
+                       json_pack("{s:s, s:o}", "status", ready ? "ready" : "not ready",
+                                 "checks", checks));
+}
+
+static void handle_metrics(st_http_req_t *req, void *ctx)
+{
+    char *text = st_metrics_render();
+    st_http_reply_text(req, 200, "text/plain; version=0.0.4", text);
+    free(text);
+}
+
+st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
+                         st_errbuf_t *eb)
+{
+    memset(svc, 0, sizeof *svc);
+    st_errbuf_t cfg_eb;
+    if (st_config_load(&svc->cfg, name, default_port, &cfg_eb) != ST_OK) {
+        fprintf(stderr, "strand-%s: configuration error: %s\n", name, cfg_eb.msg);
+        exit(2);
+    }
+    st_log_init(name, st_log_level_parse(svc->cfg.log_level));
+    signal(SIGPIPE, SIG_IGN);
+    svc->base = event_base_new();
+    if (svc->base == NULL)
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not create the event loop");
+    st_err_t err = st_http_server_new(svc->base, svc->cfg.http_addr, svc->cfg.http_port,
+                                      svc->cfg.max_body_bytes, &svc->http, eb);
+    if (err != ST_OK)
+        return err;
+    st_http_route(svc->http, "GET", "/healthz", handle_healthz, svc);
+    st_http_route(svc->http, "GET", "/readyz", handle_readyz, svc);
+    st_http_route(svc->http, "GET", "/metrics", handle_metrics, svc);
+    int sigs[2] = {SIGTERM, SIGINT};
+    for (int i = 0; i < 2; i++) {
+        struct event *ev = evsignal_new(svc->base, sigs[i], on_stop_signal, svc);
+        event_add(ev, NULL);
+        svc->signal_events[i] = ev;
+    }
+    st_log_info("service starting", "node=%s http=%s:%d", svc->cfg.node_id,
+                svc->cfg.http_addr, svc->cfg.http_port);
+    return ST_OK;
+}
+
+void st_service_add_ready(st_service_t *svc, const char *name, st_ready_fn fn, void *ctx)
+{
+    if (svc->nready == ST_MAX_READY_CHECKS)
+        abort();
+    svc->ready_names[svc->nready] = name;
+    svc->ready_fns[svc->nready] = fn;
+    svc->ready_ctxs[svc->nready] = ctx;
+    svc->nready++;
+}
+
+void st_service_run(st_service_t *svc)
+{
+    if (!st_service_stopping(svc))
+        event_base_dispatch(svc->base);
+}
+
+int st_service_stopping(const st_service_t *svc)
+{
+    return __atomic_load_n(&svc->stopping, __ATOMIC_ACQUIRE);
+}
+
+/* Runs the loop for up to `ms` so that stop signals are seen while waiting. */
+static void wait_serving(st_service_t *svc, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_base_loopexit(svc->base, &tv);
+    event_base_dispatch(svc->base);
+}
+
+st_err_t st_service_prepare(st_service_t *svc, st_errbuf_t *eb)
+{
+    int backoff_ms = 200;
+    for (;;) {
+        PGconn *conn = NULL;
+        st_err_t err = st_pg_connect(svc->cfg.pg_dsn, "strand-migrate", &conn, eb);
+        if (err == ST_OK) {
+            err = st_pg_migrate(conn, eb);
+            PQfinish(conn);
+        }
+        if (err == ST_OK)
+            err = st_kafka_ensure_topics(&svc->cfg, 10000, eb);
+        if (err == ST_OK || !st_err_retryable(err))
+            return err;
+        st_log_warn("waiting for PostgreSQL and Kafka", "%s", eb->msg);
+        wait_serving(svc, backoff_ms);
+        if (st_service_stopping(svc))
+            return st_err_set(eb, ST_ERR_RETRY, "stopped while waiting for PostgreSQL and Kafka");
+        backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
+    }
+}
+
+static int probe_pg_ready(void *ctx)
+{
+    st_service_t *svc = ctx;
+    PGconn *conn = svc->probe_pg;
+    if (conn != NULL && st_pg_ensure(conn))
+        return 1;
+    if (conn != NULL)
+        PQfinish(conn);
+    svc->probe_pg = NULL;
+    st_errbuf_t eb;
+    if (st_pg_connect(svc->cfg.pg_dsn, "strand-probe", &conn, &eb) != ST_OK)
+        return 0;
+    svc->probe_pg = conn;
+    return 1;
+}
+
+static int probe_kafka_ready(void *ctx)
+{
+    st_service_t *svc = ctx;
+    return st_kafka_connected(svc->probe_kafka);
+}
+
+st_err_t st_service_add_dependency_checks(st_service_t *svc, st_errbuf_t *eb)
+{
+    rd_kafka_t *rk = NULL;
+    st_err_t err = st_kafka_producer_new(&svc->cfg, NULL, &rk, eb);
+    if (err != ST_OK)
+        return err;
+    svc->probe_kafka = rk;
+    probe_pg_ready(svc);
+    st_service_add_ready(svc, "postgres", probe_pg_ready, svc);
+    st_service_add_ready(svc, "kafka", probe_kafka_ready, svc);
+    return ST_OK;
+}
+
+void st_service_close(st_service_t *svc)
+{
+    if (svc->probe_pg != NULL)
+        PQfinish(svc->probe_pg);
+    if (svc->probe_kafka != NULL)
+        rd_kafka_destroy(svc->probe_kafka);
+    st_http_server_free(svc->http);
+    for (int i = 0; i < 2; i++)
+        if (svc->signal_events[i])
+            event_free(svc->signal_events[i]);
+    if (svc->base)
+        event_base_free(svc->base);
+}

@@ -1,0 +1,135 @@
+/* signal.c - signal envelope codec (see signal.h). */
+#include "strand/signal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/kafka.h"
+#include "strand/outbox.h"
+#include "strand/proto/strand.pb-c.h"
+#include "strand/util.h"
+
+static const char *const type_names[] = {
+    [ST_SIGNAL_START] = "START",
+    [ST_SIGNAL_TASK_COMPLETED] = "TASK_COMPLETED",
+    [ST_SIGNAL_TIMER_DUE] = "TIMER_DUE",
+    [ST_SIGNAL_RETRY_DUE] = "RETRY_DUE",
+    [ST_SIGNAL_EXTERNAL] = "SIGNAL",
+    [ST_SIGNAL_CHILD_COMPLETED] = "CHILD_COMPLETED",
+    [ST_SIGNAL_CALL_RESULT] = "CALL_RESULT",
+    [ST_SIGNAL_CANCEL] = "CANCEL",
+    [ST_SIGNAL_TERMINATE] = "TERMINATE",
+    [ST_SIGNAL_CONTINUE] = "CONTINUE",
+};
+
+void st_signal_init(st_signal_t *sig, st_signal_type_t type, const char *instance_id,
+                    long long expected_version)
+{
+    memset(sig, 0, sizeof *sig);
+    st_uuid_new(sig->signal_id);
+    snprintf(sig->instance_id, sizeof sig->instance_id, "%s", instance_id);
+    sig->type = type;
+    sig->expected_version = expected_version;
+    sig->occurred_at_ms = st_now_ms();
+}
+
+void st_signal_close(st_signal_t *sig)
+{
+    json_decref(sig->payload);
+    sig->payload = NULL;
+}
+
+const char *st_signal_type_name(st_signal_type_t type)
+{
+    if (type < ST_SIGNAL_START || type > ST_SIGNAL_CONTINUE)
+        return "UNKNOWN";
+    return type_names[type];
+}
+
+st_err_t st_signal_encode(const st_signal_t *sig, uint8_t **buf, size_t *len,
+                          st_errbuf_t *eb)
+{
+    Strand__V1__Signal msg = STRAND__V1__SIGNAL__INIT;
+    msg.envelope_version = ST_SIGNAL_ENVELOPE_VERSION;
+    msg.signal_id = (char *)sig->signal_id;
+    msg.instance_id = (char *)sig->instance_id;
+    msg.type = (Strand__V1__SignalType)sig->type;
+    msg.expected_version = sig->expected_version;
+    msg.waiting_token = (char *)sig->waiting_token;
+    msg.occurred_at_ms = sig->occurred_at_ms;
+    msg.due_at_ms = sig->due_at_ms;
+    msg.name = (char *)sig->name;
+    msg.attempt = sig->attempt;
+    char *payload = sig->payload ? json_dumps(sig->payload, JSON_COMPACT) : strdup("{}");
+    if (payload == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode the signal payload");
+    msg.payload.data = (uint8_t *)payload;
+    msg.payload.len = strlen(payload);
+    *len = strand__v1__signal__get_packed_size(&msg);
+    *buf = malloc(*len ? *len : 1);
+    if (*buf == NULL) {
+        free(payload);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode the signal");
+    }
+    strand__v1__signal__pack(&msg, *buf);
+    free(payload);
+    return ST_OK;
+}
+
+st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errbuf_t *eb)
+{
+    memset(out, 0, sizeof *out);
+    Strand__V1__Signal *msg = strand__v1__signal__unpack(NULL, len, buf);
+    if (msg == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "the message is not a strand.v1.Signal");
+    st_err_t err = ST_OK;
+    if (msg->envelope_version != ST_SIGNAL_ENVELOPE_VERSION)
+        err = st_err_set(eb, ST_ERR_INVALID, "unknown signal envelope version %u",
+                         msg->envelope_version);
+    else if (msg->signal_id[0] == '\0' || strlen(msg->signal_id) >= sizeof out->signal_id)
+        err = st_err_set(eb, ST_ERR_INVALID, "the signal has no valid signal_id");
+    else if (!st_uuid_valid(msg->instance_id))
+        err = st_err_set(eb, ST_ERR_INVALID, "the signal's instance_id is not a UUID");
+    else if ((int)msg->type < 1 || (int)msg->type > (int)ST_SIGNAL_CONTINUE)
+        err = st_err_set(eb, ST_ERR_INVALID, "unknown signal type %d", (int)msg->type);
+    else if (strlen(msg->waiting_token) >= sizeof out->waiting_token ||
+             strlen(msg->name) >= sizeof out->name)
+        err = st_err_set(eb, ST_ERR_INVALID, "the signal's token or name is too long");
+    if (err == ST_OK) {
+        json_error_t jerr;
+        out->payload = msg->payload.len
+                           ? json_loadb((const char *)msg->payload.data, msg->payload.len, 0, &jerr)
+                           : json_object();
+        if (!json_is_object(out->payload)) {
+            json_decref(out->payload);
+            out->payload = NULL;
+            err = st_err_set(eb, ST_ERR_INVALID, "the signal payload is not a JSON object");
+        }
+    }
+    if (err == ST_OK) {
+        snprintf(out->signal_id, sizeof out->signal_id, "%s", msg->signal_id);
+        snprintf(out->instance_id, sizeof out->instance_id, "%s", msg->instance_id);
+        out->type = (st_signal_type_t)msg->type;
+        out->expected_version = msg->expected_version;
+        snprintf(out->waiting_token, sizeof out->waiting_token, "%s", msg->waiting_token);
+        out->occurred_at_ms = msg->occurred_at_ms;
+        out->due_at_ms = msg->due_at_ms;
+        snprintf(out->name, sizeof out->name, "%s", msg->name);
+        out->attempt = msg->attempt;
+    }
+    strand__v1__signal__free_unpacked(msg, NULL);
+    return err;
+}
+
+st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
+{
+    uint8_t *buf;
+    size_t len;
+    st_err_t err = st_signal_encode(sig, &buf, &len, eb);
+    if (err != ST_OK)
+        return err;
+    err = st_outbox_add_tx(conn, ST_TOPIC_SIGNALS, sig->instance_id, buf, len, eb);
+    free(buf);
+    return err;
+}

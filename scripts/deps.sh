@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what Strand needs to build, test and run, from Debian's packages only.
+# Packages already installed are skipped; nothing is downloaded from elsewhere.
+# Then resolves the Apache Kafka broker from Maven Central (scripts/kafka/assemble.sh).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git curl ca-certificates
+  librdkafka-dev libpq-dev libhiredis-dev libprotobuf-c-dev protobuf-c-compiler
+  libevent-dev libcunit1-dev libjansson-dev libcurl4-openssl-dev uuid-dev
+  postgresql-15 postgresql-client-15 redis-server
+  openjdk-17-jre-headless maven
+  clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+# A JDK installed another way (e.g. a Temurin JDK on PATH) is as good as the package.
+if command -v java >/dev/null && java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
+  missing=("${missing[@]/openjdk-17-jre-headless}")
+fi
+if command -v mvn >/dev/null; then missing=("${missing[@]/maven}"); fi
+read -r -a missing <<<"${missing[*]:-}"
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "deps: all Debian packages present"
+fi
+
+"$(dirname "$0")/kafka/assemble.sh"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, as CI does:
+#   1. installs missing dependencies (scripts/deps.sh),
+#   2. builds the regular and the sanitizer (ASan + UBSan) builds,
+#   3. starts a private stack (PostgreSQL, Redis, Kafka) on its own ports and
+#      directory, so that it runs beside a developer's stack,
+#   4. runs every ctest test (unit and integration) in both builds, and the fuzzers
+#      briefly when a clang build is available,
+#   5. always stops that stack and removes its directory, also on failure.
+# Environment: STRAND_TEST_PG_PORT (45432), STRAND_TEST_REDIS_PORT (46379),
+# STRAND_TEST_KAFKA_PORT (49092), STRAND_TEST_PORT_BASE (18080: service HTTP ports).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+started=$SECONDS
+
+scripts/deps.sh
+scripts/build.sh release
+scripts/build.sh asan
+
+export STRAND_STACK_DIR
+STRAND_STACK_DIR=$(mktemp -d /tmp/strand-test-stack.XXXXXX)
+chmod 755 "$STRAND_STACK_DIR"
+export STRAND_PG_PORT=${STRAND_TEST_PG_PORT:-45432}
+export STRAND_REDIS_PORT=${STRAND_TEST_REDIS_PORT:-46379}
+export STRAND_KAFKA_PORT=${STRAND_TEST_KAFKA_PORT:-49092}
+cleanup() {
+  scripts/stack.sh stop || true
+  rm -rf "$STRAND_STACK_DIR"
+}
+trap cleanup EXIT
+scripts/stack.sh start
+eval "$(scripts/stack.sh env)"
+export STRAND_TEST_LOG_DIR=$STRAND_STACK_DIR/logs
+
+rc=0
+echo "== tests: release build"
+ctest --test-dir build --output-on-failure --timeout 900 || rc=1
+echo "== tests: ASan + UBSan build"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) \
+  ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
+if [ -x scripts/fuzz.sh ]; then
+  echo "== fuzzers (brief)"
+  scripts/fuzz.sh 20 || rc=1
+fi
+if [ $rc -ne 0 ]; then
+  echo "== service logs of failed runs are in $STRAND_TEST_LOG_DIR:"
+  for f in "$STRAND_TEST_LOG_DIR"/*.log; do echo "---- $f"; tail -n 40 "$f"; done
+fi
+echo "== tests finished in $((SECONDS - started)) s: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)"
+exit $rc

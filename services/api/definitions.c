@@ -1,0 +1,187 @@
+/*
+ * definitions.c - import, validate, list and get workflow definitions.
+ * Writes strand.definitions only. Definitions are immutable: re-importing the same
+ * (name, version) with the same canonical form is a no-op (200); with a different
+ * one it is refused (409).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "strand/engine.h"
+#include "strand/pg.h"
+
+static const char *const sql_definition_insert =
+    "INSERT INTO strand.definitions (name, version, kind, source, canonical)"
+    " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb) ON CONFLICT (name, version) DO NOTHING"
+    " RETURNING 1";
+static const char *const sql_definition_same =
+    "SELECT canonical = $3::jsonb FROM strand.definitions WHERE name = $1 AND version = $2";
+static const char *const sql_definition_list =
+    "SELECT name, version, kind, created_at FROM strand.definitions"
+    " ORDER BY name, version";
+static const char *const sql_definition_get =
+    "SELECT name, version, kind, source::text, canonical::text, created_at"
+    " FROM strand.definitions WHERE name = $1 AND ($2::int IS NULL OR version = $2::int)"
+    " ORDER BY version DESC LIMIT 1";
+
+/* Compiles the body; answers 422 with every problem on failure. */
+static st_defn_t *compile_or_reply(st_http_req_t *req, json_t *doc)
+{
+    st_defn_t *defn = NULL;
+    json_t *problems = NULL;
+    if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
+        st_http_reply_problem(req, 422, "invalid_definition",
+                              "the definition is not valid; see problems", "",
+                              json_pack("{s:o}", "problems",
+                                        problems ? problems : json_array()));
+        return NULL;
+    }
+    json_decref(problems);
+    return defn;
+}
+
+static void handle_validate(st_http_req_t *req, void *ctx)
+{
+    json_t *doc = st_http_body_object(req);
+    if (doc == NULL)
+        return;
+    st_defn_t *defn = compile_or_reply(req, doc);
+    json_decref(doc);
+    if (defn == NULL)
+        return;
+    st_http_reply_json(req, 200, json_pack("{s:b, s:s, s:i, s:s, s:O}", "valid", 1, "name",
+                                           st_defn_name(defn), "version",
+                                           st_defn_version(defn), "kind", st_defn_kind(defn),
+                                           "canonical", st_defn_canonical(defn)));
+    st_defn_free(defn);
+}
+
+static void handle_import(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    json_t *doc = st_http_body_object(req);
+    if (doc == NULL)
+        return;
+    st_defn_t *defn = compile_or_reply(req, doc);
+    if (defn == NULL) {
+        json_decref(doc);
+        return;
+    }
+    char *source = json_dumps(doc, JSON_COMPACT);
+    char *canonical = json_dumps(st_defn_canonical(defn), JSON_COMPACT);
+    json_decref(doc);
+    char version[16];
+    snprintf(version, sizeof version, "%d", st_defn_version(defn));
+    const char *params[] = {st_defn_name(defn), version, st_defn_kind(defn), source, canonical};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    PGconn *conn = st_api_conn(api, req);
+    st_err_t err = conn ? st_pg_exec(conn, sql_definition_insert, 5, params, &res, &eb)
+                        : ST_ERR_DB;
+    if (conn == NULL) {
+        /* answered by st_api_conn */
+    } else if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+    } else {
+        int inserted = PQntuples(res) == 1;
+        PQclear(res);
+        res = NULL;
+        const char *same_params[] = {params[0], params[1], canonical};
+        if (inserted) {
+            st_http_reply_json(req, 201, json_pack("{s:s, s:i, s:s, s:b}", "name",
+                                                   st_defn_name(defn), "version",
+                                                   st_defn_version(defn), "kind",
+                                                   st_defn_kind(defn), "created", 1));
+        } else if ((err = st_pg_exec(conn, sql_definition_same, 3, same_params, &res, &eb)) !=
+                   ST_OK) {
+            st_api_reply_error(req, err, &eb);
+        } else if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0) {
+            st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:b}", "name",
+                                                   st_defn_name(defn), "version",
+                                                   st_defn_version(defn), "kind",
+                                                   st_defn_kind(defn), "created", 0));
+        } else {
+            st_http_reply_problem(req, 409, "definition_exists",
+                                  "this name and version already exist with different content;"
+                                  " definitions are immutable, import a new version",
+                                  "/version", NULL);
+        }
+        PQclear(res);
+    }
+    free(source);
+    free(canonical);
+    st_defn_free(defn);
+}
+
+static void handle_list(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL)
+        return;
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_definition_list, 0, NULL, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    json_t *items = json_array();
+    for (int i = 0; i < PQntuples(res); i++)
+        json_array_append_new(items, json_pack("{s:s, s:i, s:s, s:s}", "name",
+                                               PQgetvalue(res, i, 0), "version",
+                                               atoi(PQgetvalue(res, i, 1)), "kind",
+                                               PQgetvalue(res, i, 2), "created_at",
+                                               PQgetvalue(res, i, 3)));
+    PQclear(res);
+    st_http_reply_json(req, 200, json_pack("{s:o}", "items", items));
+}
+
+static void handle_get(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *version = st_http_param(req, "version");
+    if (version != NULL && (atoi(version) <= 0 || strspn(version, "0123456789") != strlen(version))) {
+        st_http_reply_problem(req, 400, "invalid_version", "version must be a positive integer",
+                              "/version", NULL);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL)
+        return;
+    const char *params[] = {st_http_param(req, "name"), version};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_definition_get, 2, params, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        st_http_reply_problem(req, 404, "definition_not_found", "no such definition", NULL,
+                              NULL);
+        return;
+    }
+    json_error_t jerr;
+    st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:o, s:o, s:s}", "name",
+                                           PQgetvalue(res, 0, 0), "version",
+                                           atoi(PQgetvalue(res, 0, 1)), "kind",
+                                           PQgetvalue(res, 0, 2), "source",
+                                           json_loads(PQgetvalue(res, 0, 3), 0, &jerr),
+                                           "canonical",
+                                           json_loads(PQgetvalue(res, 0, 4), 0, &jerr),
+                                           "created_at", PQgetvalue(res, 0, 5)));
+    PQclear(res);
+}
+
+void st_api_definitions_register(st_api_t *api)
+{
+    st_http_route(api->svc->http, "POST", "/v1/definitions", handle_import, api);
+    st_http_route(api->svc->http, "POST", "/v1/definitions/validate", handle_validate, api);
+    st_http_route(api->svc->http, "GET", "/v1/definitions", handle_list, api);
+    st_http_route(api->svc->http, "GET", "/v1/definitions/{name}", handle_get, api);
+    st_http_route(api->svc->http, "GET", "/v1/definitions/{name}/{version}", handle_get, api);
+}

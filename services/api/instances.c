@@ -1,0 +1,311 @@
+/*
+ * instances.c - start, get and list workflow instances.
+ *
+ * Start writes, in one transaction: the idempotency key (strand.requests), the
+ * instance projection, its empty runtime state (version 0) and a START signal in the
+ * outbox. The executor runs it; nothing here runs a step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "strand/pg.h"
+#include "strand/signal.h"
+#include "strand/util.h"
+
+static const char *const sql_definition_latest =
+    "SELECT version FROM strand.definitions WHERE name = $1"
+    " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
+static const char *const sql_request_claim =
+    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('start', $1, $2::uuid)"
+    " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
+static const char *const sql_request_get =
+    "SELECT instance_id FROM strand.requests WHERE scope = 'start' AND request_id = $1";
+static const char *const sql_instance_insert =
+    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref,"
+    " status, input) VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb)";
+static const char *const sql_runtime_insert =
+    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
+static const char *const sql_instance_get =
+    "SELECT i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"
+    " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at,"
+    " rs.state_version, rs.waiting_kind, rs.waiting_token, rs.waiting_until"
+    " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
+    " WHERE i.id = $1::uuid";
+static const char *const sql_instance_list =
+    "SELECT id, definition_name, definition_version, business_ref, status, created_at,"
+    " updated_at, (extract(epoch FROM created_at) * 1000000)::bigint"
+    " FROM strand.instances"
+    " WHERE ($1::text IS NULL OR definition_name = $1)"
+    "   AND ($2::text IS NULL OR status = $2)"
+    "   AND ($3::text IS NULL OR business_ref = $3)"
+    "   AND ($4::bigint IS NULL OR (created_at, id) < (to_timestamp($4::bigint / 1000000.0), $5::uuid))"
+    " ORDER BY created_at DESC, id DESC LIMIT $6";
+
+#define MAX_PAGE 500
+#define MAX_REF_LEN 256
+
+/* Adds a JSON value parsed from a text column, or null. */
+static void set_json_column(json_t *obj, const char *key, PGresult *res, int row, int col)
+{
+    json_t *value = NULL;
+    if (!PQgetisnull(res, row, col)) {
+        json_error_t jerr;
+        value = json_loads(PQgetvalue(res, row, col), JSON_DECODE_ANY, &jerr);
+    }
+    json_object_set_new(obj, key, value ? value : json_null());
+}
+
+static void set_text_column(json_t *obj, const char *key, PGresult *res, int row, int col)
+{
+    json_object_set_new(obj, key, PQgetisnull(res, row, col)
+                                      ? json_null()
+                                      : json_string(PQgetvalue(res, row, col)));
+}
+
+static void reply_instance(st_http_req_t *req, PGconn *conn, const char *id, int status)
+{
+    const char *params[] = {id};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        st_http_reply_problem(req, 404, "instance_not_found", "no such instance", NULL, NULL);
+        return;
+    }
+    json_t *body = json_object();
+    set_text_column(body, "id", res, 0, 0);
+    json_object_set_new(body, "definition",
+                        json_pack("{s:s, s:i}", "name", PQgetvalue(res, 0, 1), "version",
+                                  atoi(PQgetvalue(res, 0, 2))));
+    set_text_column(body, "business_ref", res, 0, 3);
+    set_text_column(body, "status", res, 0, 4);
+    set_json_column(body, "input", res, 0, 5);
+    set_json_column(body, "output", res, 0, 6);
+    set_json_column(body, "error", res, 0, 7);
+    set_text_column(body, "created_at", res, 0, 8);
+    set_text_column(body, "updated_at", res, 0, 9);
+    set_text_column(body, "ended_at", res, 0, 10);
+    json_object_set_new(body, "state_version", json_integer(atoll(PQgetvalue(res, 0, 11))));
+    json_t *waiting = json_null();
+    if (!PQgetisnull(res, 0, 12)) {
+        waiting = json_object();
+        set_text_column(waiting, "kind", res, 0, 12);
+        set_text_column(waiting, "token", res, 0, 13);
+        set_text_column(waiting, "until", res, 0, 14);
+    }
+    json_object_set_new(body, "waiting", waiting);
+    PQclear(res);
+    st_http_reply_json(req, status, body);
+}
+
+static void handle_get(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *id = st_http_param(req, "id");
+    if (!st_uuid_valid(id)) {
+        st_http_reply_problem(req, 400, "invalid_id", "the instance id must be a UUID", "/id",
+                              NULL);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn != NULL)
+        reply_instance(req, conn, id, 200);
+}
+
+/* Validates the start request; answers 400 and returns 0 on bad input. */
+static int parse_start(st_http_req_t *req, json_t *body, const char **definition,
+                       char *version, size_t version_len, json_t **input,
+                       const char **business_ref, const char **request_id)
+{
+    json_t *def = json_object_get(body, "definition");
+    json_t *ver = json_object_get(body, "version");
+    json_t *in = json_object_get(body, "input");
+    json_t *ref = json_object_get(body, "business_ref");
+    json_t *rid = json_object_get(body, "request_id");
+    const char *field = NULL, *message = NULL;
+    if (!json_is_string(def) || json_string_length(def) == 0)
+        field = "/definition", message = "definition must be a non-empty string";
+    else if (ver != NULL && !json_is_null(ver) &&
+             (!json_is_integer(ver) || json_integer_value(ver) <= 0))
+        field = "/version", message = "version must be a positive integer";
+    else if (in != NULL && !json_is_null(in) && !json_is_object(in))
+        field = "/input", message = "input must be a JSON object";
+    else if (ref != NULL && !json_is_null(ref) &&
+             (!json_is_string(ref) || json_string_length(ref) > MAX_REF_LEN))
+        field = "/business_ref", message = "business_ref must be a string of at most 256 characters";
+    else if (rid != NULL && !json_is_null(rid) &&
+             (!json_is_string(rid) || json_string_length(rid) == 0 ||
+              json_string_length(rid) > MAX_REF_LEN))
+        field = "/request_id", message = "request_id must be a non-empty string of at most 256 characters";
+    if (field != NULL) {
+        st_http_reply_problem(req, 400, "invalid_field", message, field, NULL);
+        return 0;
+    }
+    *definition = json_string_value(def);
+    version[0] = '\0';
+    if (json_is_integer(ver))
+        snprintf(version, version_len, "%lld", (long long)json_integer_value(ver));
+    *input = json_is_object(in) ? in : NULL;
+    *business_ref = json_string_value(ref);
+    *request_id = json_string_value(rid);
+    return 1;
+}
+
+static void handle_start(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    json_t *body = st_http_body_object(req);
+    if (body == NULL)
+        return;
+    const char *definition, *business_ref, *request_id;
+    char version[24];
+    json_t *input;
+    if (!parse_start(req, body, &definition, version, sizeof version, &input, &business_ref,
+                     &request_id)) {
+        json_decref(body);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL) {
+        json_decref(body);
+        return;
+    }
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    char id[37], pinned[16] = "";
+    st_uuid_new(id);
+    char *input_text = json_dumps(input ? input : json_object(), JSON_COMPACT);
+    st_signal_t start = {0};
+    int replied = 0;
+    st_err_t err = st_pg_begin(conn, &eb);
+    if (err != ST_OK)
+        goto done;
+    const char *def_params[] = {definition, version[0] ? version : NULL};
+    if ((err = st_pg_exec(conn, sql_definition_latest, 2, def_params, &res, &eb)) != ST_OK)
+        goto done;
+    if (PQntuples(res) == 0) {
+        st_http_reply_problem(req, 404, "definition_not_found",
+                              "no such definition (or version) is imported", "/definition", NULL);
+        replied = 1;
+        goto done;
+    }
+    snprintf(pinned, sizeof pinned, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    res = NULL;
+    if (request_id != NULL) {
+        const char *claim_params[] = {request_id, id};
+        if ((err = st_pg_exec(conn, sql_request_claim, 2, claim_params, &res, &eb)) != ST_OK)
+            goto done;
+        if (PQntuples(res) == 0) {
+            /* A retry of an earlier start: answer with that instance, change nothing. */
+            PQclear(res);
+            res = NULL;
+            if ((err = st_pg_exec(conn, sql_request_get, 1, claim_params, &res, &eb)) != ST_OK)
+                goto done;
+            snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+            st_pg_rollback(conn);
+            reply_instance(req, conn, id, 200);
+            replied = 1;
+            goto done;
+        }
+        PQclear(res);
+        res = NULL;
+    }
+    const char *inst_params[] = {id, definition, pinned, business_ref, input_text};
+    const char *rs_params[] = {id};
+    st_signal_init(&start, ST_SIGNAL_START, id, 0);
+    if ((err = st_pg_exec(conn, sql_instance_insert, 5, inst_params, NULL, &eb)) != ST_OK ||
+        (err = st_pg_exec(conn, sql_runtime_insert, 1, rs_params, NULL, &eb)) != ST_OK ||
+        (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
+        (err = st_pg_commit(conn, &eb)) != ST_OK)
+        goto done;
+    reply_instance(req, conn, id, 201);
+    replied = 1;
+
+done:
+    if (!replied)
+        st_api_reply_error(req, err, &eb);
+    st_pg_rollback(conn);
+    PQclear(res);
+    st_signal_close(&start);
+    free(input_text);
+    json_decref(body);
+}
+
+static void handle_list(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *limit_text = st_http_query(req, "limit");
+    int limit = limit_text ? atoi(limit_text) : 50;
+    if (limit <= 0 || limit > MAX_PAGE) {
+        st_http_reply_problem(req, 400, "invalid_limit", "limit must be from 1 to 500",
+                              "/limit", NULL);
+        return;
+    }
+    /* cursor = "<created_at in microseconds>_<id>" of the last item of the previous page */
+    const char *cursor = st_http_query(req, "cursor");
+    char cursor_ts[24] = "", cursor_id[37] = "";
+    if (cursor != NULL) {
+        const char *sep = strchr(cursor, '_');
+        if (sep == NULL || sep - cursor >= (long)sizeof cursor_ts || !st_uuid_valid(sep + 1)) {
+            st_http_reply_problem(req, 400, "invalid_cursor", "cursor is not one this API issued",
+                                  "/cursor", NULL);
+            return;
+        }
+        memcpy(cursor_ts, cursor, (size_t)(sep - cursor));
+        snprintf(cursor_id, sizeof cursor_id, "%s", sep + 1);
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL)
+        return;
+    char limit_param[16];
+    snprintf(limit_param, sizeof limit_param, "%d", limit);
+    const char *params[] = {st_http_query(req, "definition"), st_http_query(req, "status"),
+                            st_http_query(req, "business_ref"),
+                            cursor ? cursor_ts : NULL, cursor ? cursor_id : NULL, limit_param};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_instance_list, 6, params, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    json_t *items = json_array();
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) {
+        json_t *item = json_object();
+        set_text_column(item, "id", res, i, 0);
+        json_object_set_new(item, "definition",
+                            json_pack("{s:s, s:i}", "name", PQgetvalue(res, i, 1), "version",
+                                      atoi(PQgetvalue(res, i, 2))));
+        set_text_column(item, "business_ref", res, i, 3);
+        set_text_column(item, "status", res, i, 4);
+        set_text_column(item, "created_at", res, i, 5);
+        set_text_column(item, "updated_at", res, i, 6);
+        json_array_append_new(items, item);
+    }
+    json_t *body = json_pack("{s:o}", "items", items);
+    if (n == limit) {
+        char next[80];
+        snprintf(next, sizeof next, "%s_%s", PQgetvalue(res, n - 1, 7), PQgetvalue(res, n - 1, 0));
+        json_object_set_new(body, "next_cursor", json_string(next));
+    } else {
+        json_object_set_new(body, "next_cursor", json_null());
+    }
+    PQclear(res);
+    st_http_reply_json(req, 200, body);
+}
+
+void st_api_instances_register(st_api_t *api)
+{
+    st_http_route(api->svc->http, "POST", "/v1/instances", handle_start, api);
+    st_http_route(api->svc->http, "GET", "/v1/instances", handle_list, api);
+    st_http_route(api->svc->http, "GET", "/v1/instances/{id}", handle_get, api);
+}

@@ -1,0 +1,342 @@
+/* wakeup.c - one transaction per wake-up (see wakeup.h). */
+#include "wakeup.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/engine.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/notice.h"
+#include "strand/pg.h"
+#include "strand/util.h"
+
+/* ---- definition cache ---------------------------------------------------------- */
+
+typedef struct defcache_entry {
+    char name[128];
+    int version;
+    st_defn_t *defn;
+    struct defcache_entry *next;
+} defcache_entry_t;
+
+struct st_defcache {
+    defcache_entry_t *head;
+};
+
+st_defcache_t *st_defcache_new(void)
+{
+    return calloc(1, sizeof(st_defcache_t));
+}
+
+void st_defcache_free(st_defcache_t *cache)
+{
+    if (cache == NULL)
+        return;
+    defcache_entry_t *e = cache->head;
+    while (e != NULL) {
+        defcache_entry_t *next = e->next;
+        st_defn_free(e->defn);
+        free(e);
+        e = next;
+    }
+    free(cache);
+}
+
+/* Returns the compiled definition, loading it inside the caller's transaction on a
+ * miss. Borrowed; valid until st_defcache_free(). */
+static st_err_t defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *name,
+                                int version, const st_defn_t **out, st_errbuf_t *eb)
+{
+    static const char *const sql_definition_canonical =
+        "SELECT canonical::text FROM strand.definitions WHERE name = $1 AND version = $2";
+    for (defcache_entry_t *e = cache->head; e != NULL; e = e->next) {
+        if (e->version == version && strcmp(e->name, name) == 0) {
+            *out = e->defn;
+            return ST_OK;
+        }
+    }
+    char version_text[16];
+    snprintf(version_text, sizeof version_text, "%d", version);
+    const char *params[] = {name, version_text};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, eb);
+    if (err != ST_OK)
+        return err;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return st_err_set(eb, ST_ERR_NOT_FOUND, "definition %s v%d is not imported", name,
+                          version);
+    }
+    json_error_t jerr;
+    json_t *doc = json_loads(PQgetvalue(res, 0, 0), 0, &jerr);
+    PQclear(res);
+    if (doc == NULL)
+        return st_err_set(eb, ST_ERR_INTERNAL, "stored definition %s v%d is not JSON", name,
+                          version);
+    st_defn_t *defn = NULL;
+    json_t *problems = NULL;
+    err = st_defn_compile(doc, &defn, &problems);
+    json_decref(doc);
+    if (err != ST_OK) {
+        char *text = problems ? json_dumps(problems, JSON_COMPACT) : NULL;
+        st_err_set(eb, ST_ERR_INTERNAL, "stored definition %s v%d does not compile: %s",
+                   name, version, text ? text : "");
+        free(text);
+        json_decref(problems);
+        return ST_ERR_INTERNAL;
+    }
+    defcache_entry_t *e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        st_defn_free(defn);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not cache a definition");
+    }
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->version = version;
+    e->defn = defn;
+    e->next = cache->head;
+    cache->head = e;
+    *out = defn;
+    return ST_OK;
+}
+
+/* ---- the wake-up transaction --------------------------------------------------- */
+
+const char *st_wake_outcome_name(st_wake_outcome_t outcome)
+{
+    switch (outcome) {
+    case ST_WAKE_APPLIED: return "applied";
+    case ST_WAKE_DUPLICATE: return "duplicate";
+    case ST_WAKE_STALE: return "stale";
+    case ST_WAKE_UNKNOWN: return "unknown_instance";
+    }
+    return "unknown";
+}
+
+static const char *const sql_processed_insert =
+    "INSERT INTO strand.processed_signals (signal_id, instance_id, outcome)"
+    " VALUES ($1, $2::uuid, 'applied') ON CONFLICT (signal_id) DO NOTHING RETURNING 1";
+static const char *const sql_processed_outcome =
+    "UPDATE strand.processed_signals SET outcome = $2 WHERE signal_id = $1";
+static const char *const sql_runtime_lock =
+    "SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
+    " i.input::text, i.status"
+    " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
+    " WHERE rs.instance_id = $1::uuid FOR UPDATE OF rs";
+static const char *const sql_runtime_update =
+    "UPDATE strand.runtime_states SET state_version = state_version + 1, snapshot = $3::jsonb,"
+    " waiting_kind = $4, waiting_token = $5,"
+    " waiting_until = to_timestamp($6::double precision / 1000.0),"
+    " last_signal_id = $7, last_executed_by = $8, last_executed_at = now()"
+    " WHERE instance_id = $1::uuid AND state_version = $2";
+static const char *const sql_instance_update =
+    "UPDATE strand.instances SET status = $2, output = $3::jsonb, error = $4::jsonb,"
+    " updated_at = now(), ended_at = CASE WHEN $2 IN ('completed', 'failed') THEN now() END"
+    " WHERE id = $1::uuid";
+static const char *const sql_history_insert =
+    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
+
+static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char *kind,
+                               json_t *detail, st_errbuf_t *eb)
+{
+    char *text = json_dumps(detail, JSON_COMPACT);
+    json_decref(detail);
+    if (text == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode history");
+    const char *params[] = {instance_id, kind, text};
+    st_err_t err = st_pg_exec(conn, sql_history_insert, 3, params, NULL, eb);
+    free(text);
+    return err;
+}
+
+/* Records a dropped signal: outcome on the dedup row plus a notice. */
+static st_err_t drop_tx(PGconn *conn, const st_signal_t *sig, st_wake_outcome_t outcome,
+                        const char *code, const char *why, st_errbuf_t *eb)
+{
+    const char *params[] = {sig->signal_id, st_wake_outcome_name(outcome)};
+    st_err_t err = st_pg_exec(conn, sql_processed_outcome, 2, params, NULL, eb);
+    if (err != ST_OK)
+        return err;
+    json_t *detail = json_pack("{s:s, s:I}", "signal_type", st_signal_type_name(sig->type),
+                               "expected_version", (json_int_t)sig->expected_version);
+    err = st_notice_add_tx(conn, code, sig->instance_id, sig->signal_id, why, detail, eb);
+    json_decref(detail);
+    return err;
+}
+
+static const char *status_name(st_run_status_t status)
+{
+    switch (status) {
+    case ST_RUN_WAITING: return "waiting";
+    case ST_RUN_COMPLETED: return "completed";
+    case ST_RUN_FAILED: return "failed";
+    }
+    return "running";
+}
+
+/* Builds the interpreter's event from a signal. Caller decrefs. */
+static json_t *event_from_signal(const st_signal_t *sig, const char *input_text)
+{
+    json_t *event = json_pack("{s:s, s:s, s:O}", "type", st_signal_type_name(sig->type),
+                              "signal_id", sig->signal_id, "payload",
+                              sig->payload ? sig->payload : json_object());
+    if (sig->waiting_token[0])
+        json_object_set_new(event, "token", json_string(sig->waiting_token));
+    if (sig->name[0])
+        json_object_set_new(event, "name", json_string(sig->name));
+    if (sig->type == ST_SIGNAL_START) {
+        json_error_t jerr;
+        json_t *input = json_loads(input_text, 0, &jerr);
+        json_object_set_new(event, "input", input ? input : json_object());
+    }
+    return event;
+}
+
+/* Writes the run's result: snapshot, projection, history. Effects that later issues
+ * act on are recorded in history for now. */
+static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
+                           const char *old_version, const st_run_result_t *run,
+                           st_errbuf_t *eb)
+{
+    const json_t *waiting = json_object_get(run->snapshot, "waiting");
+    const char *waiting_kind = json_string_value(json_object_get(waiting, "kind"));
+    const char *waiting_token = json_string_value(json_object_get(waiting, "token"));
+    char until[32] = "";
+    const json_t *until_ms = json_object_get(waiting, "until_ms");
+    if (json_is_integer(until_ms))
+        snprintf(until, sizeof until, "%lld", (long long)json_integer_value(until_ms));
+    char *snapshot = json_dumps(run->snapshot, JSON_COMPACT);
+    if (snapshot == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not encode the snapshot");
+    const char *rs_params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
+                               waiting_token, until[0] ? until : NULL, sig->signal_id, node_id};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_runtime_update, 8, rs_params, &res, eb);
+    free(snapshot);
+    if (err != ST_OK)
+        return err;
+    int updated = atoi(PQcmdTuples(res));
+    PQclear(res);
+    if (updated != 1)   /* cannot happen under the row lock; guard the invariant anyway */
+        return st_err_set(eb, ST_ERR_CONFLICT, "runtime state of %s changed under its lock",
+                          sig->instance_id);
+
+    const json_t *output = json_object_get(run->snapshot, "output");
+    const json_t *error = json_object_get(run->snapshot, "error");
+    char *output_text = output && !json_is_null(output) ? json_dumps(output, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *error_text = error && !json_is_null(error) ? json_dumps(error, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    const char *inst_params[] = {sig->instance_id, status_name(run->status), output_text,
+                                 error_text};
+    err = st_pg_exec(conn, sql_instance_update, 4, inst_params, NULL, eb);
+    free(output_text);
+    free(error_text);
+    if (err != ST_OK)
+        return err;
+
+    json_t *effect_types = json_array();
+    size_t i;
+    json_t *effect;
+    json_array_foreach(run->effects, i, effect)
+        json_array_append(effect_types, json_object_get(effect, "type"));
+    err = history_add_tx(conn, sig->instance_id, "wakeup",
+                         json_pack("{s:s, s:s, s:s, s:o}", "signal_id", sig->signal_id,
+                                   "signal_type", st_signal_type_name(sig->type), "status",
+                                   status_name(run->status), "effects", effect_types),
+                         eb);
+    return err;
+}
+
+st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                       const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
+{
+    st_run_result_t run = {0};
+    PGresult *state = NULL;
+    json_t *snapshot = NULL, *event = NULL;
+    st_err_t err = st_pg_begin(conn, eb);
+    if (err != ST_OK)
+        return err;
+
+    const char *dedup_params[] = {sig->signal_id, sig->instance_id};
+    PGresult *res = NULL;
+    if ((err = st_pg_exec(conn, sql_processed_insert, 2, dedup_params, &res, eb)) != ST_OK)
+        goto fail;
+    int fresh = PQntuples(res) == 1;
+    PQclear(res);
+    if (!fresh) {
+        st_pg_rollback(conn);
+        *outcome = ST_WAKE_DUPLICATE;
+        return ST_OK;
+    }
+
+    const char *lock_params[] = {sig->instance_id};
+    if ((err = st_pg_exec(conn, sql_runtime_lock, 1, lock_params, &state, eb)) != ST_OK)
+        goto fail;
+    if (PQntuples(state) == 0) {
+        *outcome = ST_WAKE_UNKNOWN;
+        err = drop_tx(conn, sig, *outcome, "UnknownInstance",
+                      "the signal names an instance that does not exist", eb);
+        goto finish;
+    }
+    const char *version = PQgetvalue(state, 0, 0);
+    const char *status = PQgetvalue(state, 0, 5);
+    long long current = atoll(version);
+    if (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+        strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0) {
+        *outcome = ST_WAKE_STALE;
+        err = drop_tx(conn, sig, *outcome, "StaleSignal", "the instance has already ended", eb);
+        goto finish;
+    }
+    if (sig->expected_version >= 0 && sig->expected_version != current) {
+        *outcome = ST_WAKE_STALE;
+        err = drop_tx(conn, sig, *outcome, "StaleSignal",
+                      "the signal expected another state version", eb);
+        goto finish;
+    }
+
+    const st_defn_t *defn = NULL;
+    if ((err = defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2),
+                               atoi(PQgetvalue(state, 0, 3)), &defn, eb)) != ST_OK)
+        goto fail;
+    if (!PQgetisnull(state, 0, 1)) {
+        json_error_t jerr;
+        snapshot = json_loads(PQgetvalue(state, 0, 1), 0, &jerr);
+        if (snapshot == NULL) {
+            err = st_err_set(eb, ST_ERR_INTERNAL, "stored snapshot is not JSON: %s", jerr.text);
+            goto fail;
+        }
+    }
+    event = event_from_signal(sig, PQgetvalue(state, 0, 4));
+    err = st_interp_run(defn, snapshot, event, sig->instance_id, st_now_ms(), &run, eb);
+    if (err == ST_ERR_STALE) {
+        *outcome = ST_WAKE_STALE;
+        err = drop_tx(conn, sig, *outcome, "StaleSignal",
+                      "the signal's waiting token does not match the current wait", eb);
+        goto finish;
+    }
+    if (err != ST_OK)
+        goto fail;
+    if ((err = persist_tx(conn, sig, node_id, version, &run, eb)) != ST_OK)
+        goto fail;
+    *outcome = ST_WAKE_APPLIED;
+
+finish:
+    if (err == ST_OK)
+        err = st_pg_commit(conn, eb);
+    if (err != ST_OK)
+        st_pg_rollback(conn);
+    PQclear(state);
+    json_decref(snapshot);
+    json_decref(event);
+    st_run_result_close(&run);
+    return err;
+
+fail:
+    st_pg_rollback(conn);
+    PQclear(state);
+    json_decref(snapshot);
+    json_decref(event);
+    st_run_result_close(&run);
+    return err;
+}

@@ -1,0 +1,43 @@
+/*
+ * wakeup.h - one wake-up of one instance: the executor's unit of work.
+ *
+ * Given a decoded signal, st_wakeup_run() opens one PostgreSQL transaction, records
+ * the signal id (dedup), locks the instance's runtime state, checks the expected
+ * version and terminal status, runs the interpreter to the next wait, and writes the
+ * new snapshot, the instance projection, history and an outbox row per effect. It
+ * commits once. It does no network I/O besides PostgreSQL and never touches Kafka:
+ * the caller commits the consumer offset after this returns ST_OK.
+ */
+#ifndef STRAND_EXECUTOR_WAKEUP_H
+#define STRAND_EXECUTOR_WAKEUP_H
+
+#include <libpq-fe.h>
+
+#include "strand/err.h"
+#include "strand/signal.h"
+
+typedef enum {
+    ST_WAKE_APPLIED = 1,   /* the signal ran and its effects committed */
+    ST_WAKE_DUPLICATE,     /* this signal id was processed before: nothing changed */
+    ST_WAKE_STALE,         /* wrong version/token or instance ended: dropped with a notice */
+    ST_WAKE_UNKNOWN,       /* no such instance: dropped with a notice */
+} st_wake_outcome_t;
+
+typedef struct st_defcache st_defcache_t;
+
+/* A cache of compiled definitions keyed by (name, version); definitions are
+ * immutable, so entries never go stale. Not thread-safe: one per worker thread. */
+st_defcache_t *st_defcache_new(void);
+void st_defcache_free(st_defcache_t *cache);
+
+/* Processes `sig` on `conn` (no transaction open). On ST_OK *outcome says what
+ * happened. Retryable errors (database) leave nothing written; the caller retries.
+ * Permanent errors also leave nothing written; the caller dead-letters after
+ * bounded attempts. */
+st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                       const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb);
+
+/* Name of an outcome ("applied", "duplicate", ...); static storage. */
+const char *st_wake_outcome_name(st_wake_outcome_t outcome);
+
+#endif

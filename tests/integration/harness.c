@@ -1,0 +1,222 @@
+/* harness.c - integration-test helpers (see harness.h). */
+#include "harness.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const service_names[IT_NSERVICES] = {"api", "executor", "scheduler",
+                                                        "monitor"};
+static pid_t pids[IT_NSERVICES];
+static int port_base = 18080;
+static char bin_dir[1024];
+static char log_dir[1024];
+static char test_name_buf[64];
+static char topic_prefix[96];
+
+static void kill_children(void)
+{
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            pids[i] = 0;
+        }
+}
+
+int it_init(const char *test_name)
+{
+    if (getenv("STRAND_PG_DSN") == NULL || getenv("STRAND_KAFKA_BROKERS") == NULL) {
+        fprintf(stderr, "%s: STRAND_PG_DSN and STRAND_KAFKA_BROKERS must point at a running "
+                        "stack; run the tests with scripts/test.sh\n", test_name);
+        return 0;
+    }
+    const char *bin = getenv("STRAND_TEST_BIN_DIR");
+    snprintf(bin_dir, sizeof bin_dir, "%s", bin ? bin : ".");
+    const char *logs = getenv("STRAND_TEST_LOG_DIR");
+    snprintf(log_dir, sizeof log_dir, "%s", logs ? logs : "/tmp");
+    const char *base = getenv("STRAND_TEST_PORT_BASE");
+    if (base != NULL)
+        port_base = atoi(base);
+    snprintf(test_name_buf, sizeof test_name_buf, "%s", test_name);
+    snprintf(topic_prefix, sizeof topic_prefix, "it%ld%d.", (long)time(NULL), (int)getpid());
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    atexit(kill_children);
+    return 1;
+}
+
+int it_port(it_service_t svc)
+{
+    return port_base + (int)svc;
+}
+
+pid_t it_start(it_service_t svc)
+{
+    char path[1200], log_path[1200], port[16];
+    snprintf(path, sizeof path, "%s/services/%s/strand-%s", bin_dir, service_names[svc],
+             service_names[svc]);
+    snprintf(log_path, sizeof log_path, "%s/%s-%s.log", log_dir, test_name_buf,
+             service_names[svc]);
+    snprintf(port, sizeof port, "%d", it_port(svc));
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDERR_FILENO);
+            dup2(fd, STDOUT_FILENO);
+            close(fd);
+        }
+        setenv("STRAND_HTTP_PORT", port, 1);
+        setenv("STRAND_TOPIC_PREFIX", topic_prefix, 1);
+        setenv("STRAND_TOPIC_PARTITIONS", "4", 0);
+        setenv("STRAND_NODE_ID", service_names[svc], 1);
+        execl(path, path, (char *)NULL);
+        fprintf(stderr, "could not exec %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    pids[svc] = pid;
+    return pid;
+}
+
+int it_start_all(int timeout_s)
+{
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (it_start((it_service_t)i) < 0)
+            return 0;
+    time_t deadline = time(NULL) + timeout_s;
+    for (int i = 0; i < IT_NSERVICES; i++) {
+        while (it_http((it_service_t)i, "GET", "/readyz", NULL, NULL) != 200) {
+            if (time(NULL) >= deadline) {
+                fprintf(stderr, "%s did not become ready in %d s (log: %s/%s-%s.log)\n",
+                        service_names[i], timeout_s, log_dir, test_name_buf, service_names[i]);
+                return 0;
+            }
+            usleep(100 * 1000);
+        }
+    }
+    return 1;
+}
+
+int it_stop(it_service_t svc, int sig, int timeout_s)
+{
+    pid_t pid = pids[svc];
+    if (pid <= 0)
+        return -1;
+    kill(pid, sig);
+    for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 20) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            pids[svc] = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        usleep(20 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    pids[svc] = 0;
+    return -1;
+}
+
+int it_stop_all(void)
+{
+    int ok = 1;
+    for (int i = 0; i < IT_NSERVICES; i++) {
+        if (pids[i] <= 0)
+            continue;
+        int rc = it_stop((it_service_t)i, SIGTERM, 30);
+        if (rc != 0) {
+            fprintf(stderr, "%s exited with %d after SIGTERM\n", service_names[i], rc);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+typedef struct {
+    char *data;
+    size_t len;
+} buf_t;
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf_t *b = userdata;
+    size_t n = size * nmemb;
+    char *grown = realloc(b->data, b->len + n + 1);
+    if (grown == NULL)
+        return 0;
+    b->data = grown;
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* One request; the raw body goes to *raw (caller frees). */
+static long http_raw(it_service_t svc, const char *method, const char *path, const char *body,
+                     char **raw)
+{
+    char url[1024];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", it_port(svc), path);
+    CURL *curl = curl_easy_init();
+    buf_t b = {NULL, 0};
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+    if (body != NULL)
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    long status = -1;
+    if (curl_easy_perform(curl) == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    *raw = b.data;
+    return status;
+}
+
+long it_http(it_service_t svc, const char *method, const char *path, const char *body,
+             json_t **out)
+{
+    char *raw = NULL;
+    long status = http_raw(svc, method, path, body, &raw);
+    if (out != NULL) {
+        json_error_t jerr;
+        *out = raw ? json_loads(raw, JSON_DECODE_ANY, &jerr) : NULL;
+    }
+    free(raw);
+    return status;
+}
+
+long it_http_text(it_service_t svc, const char *path, char **text)
+{
+    return http_raw(svc, "GET", path, NULL, text);
+}
+
+long long it_sql_number(const char *sql)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    long long value = -1;
+    if (PQstatus(conn) == CONNECTION_OK) {
+        PGresult *res = PQexec(conn, sql);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0)
+            value = atoll(PQgetvalue(res, 0, 0));
+        else
+            fprintf(stderr, "query failed: %s: %s\n", sql, PQerrorMessage(conn));
+        PQclear(res);
+    }
+    PQfinish(conn);
+    return value;
+}

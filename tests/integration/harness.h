@@ -1,0 +1,53 @@
+/*
+ * harness.h - integration-test helpers: start and stop the real service binaries
+ * against the stack that scripts/test.sh runs, talk HTTP to them, query PostgreSQL.
+ *
+ * Reads STRAND_PG_DSN and STRAND_KAFKA_BROKERS (required: the test fails with a
+ * clear message without them), STRAND_TEST_BIN_DIR (where the binaries are) and
+ * STRAND_TEST_PORT_BASE (first HTTP port, default 18080). Every test program uses a
+ * topic prefix of its own so that runs never see each other's messages. Services
+ * started here are killed at exit even when a test fails.
+ */
+#ifndef STRAND_IT_HARNESS_H
+#define STRAND_IT_HARNESS_H
+
+#include <jansson.h>
+#include <sys/types.h>
+
+typedef enum { IT_API, IT_EXECUTOR, IT_SCHEDULER, IT_MONITOR, IT_NSERVICES } it_service_t;
+
+/* Reads the environment; returns 0 and prints why if it is incomplete. */
+int it_init(const char *test_name);
+
+/* HTTP port of a service. */
+int it_port(it_service_t svc);
+
+/* Starts a service binary with the test's environment; its stderr goes to
+ * <log dir>/<test>-<service>.log. Returns the pid, or -1. */
+pid_t it_start(it_service_t svc);
+
+/* Starts all four services and waits until each /readyz answers 200 (up to
+ * `timeout_s`). Returns 1 if all are ready. */
+int it_start_all(int timeout_s);
+
+/* Sends `sig` to a running service and waits up to `timeout_s` for it to exit.
+ * Returns its exit status, 128+signal if it died of a signal, or -1 on timeout
+ * (then it is killed). */
+int it_stop(it_service_t svc, int sig, int timeout_s);
+
+/* Stops every running service with SIGTERM; returns 1 if all exited with status 0. */
+int it_stop_all(void);
+
+/* One HTTP request to a service. Returns the status (-1 if unreachable) and the
+ * parsed JSON body in *out if `out` is not NULL (caller decrefs; NULL if not JSON). */
+long it_http(it_service_t svc, const char *method, const char *path, const char *body,
+             json_t **out);
+
+/* GET returning the raw body in *text (caller frees). Returns the status. */
+long it_http_text(it_service_t svc, const char *path, char **text);
+
+/* Runs SQL on the test database and returns the first column of the first row as a
+ * number (-1 on error). */
+long long it_sql_number(const char *sql);
+
+#endif

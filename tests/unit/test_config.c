@@ -1,0 +1,69 @@
+/* test_config.c - environment configuration: defaults and clear errors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_test.h"
+#include "strand/config.h"
+
+static void clear_env(void)
+{
+    const char *vars[] = {"STRAND_PG_DSN", "STRAND_HTTP_PORT", "STRAND_LOG_LEVEL",
+                          "STRAND_REDIS_URL", "STRAND_TOPIC_PREFIX", "STRAND_MAX_ATTEMPTS",
+                          "STRAND_KAFKA_BROKERS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+}
+
+static void test_defaults(void)
+{
+    clear_env();
+    st_config_t cfg;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "api", 8080, &eb), ST_OK);
+    CU_ASSERT_EQUAL(cfg.http_port, 8080);
+    CU_ASSERT_STRING_EQUAL(cfg.topic_prefix, "strand.");
+    CU_ASSERT_STRING_EQUAL(cfg.redis_url, "");
+    CU_ASSERT_EQUAL(cfg.max_attempts, 5);
+    char topic[64];
+    CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
+                           "strand.signals");
+}
+
+static void test_overrides(void)
+{
+    clear_env();
+    setenv("STRAND_HTTP_PORT", "9999", 1);
+    setenv("STRAND_TOPIC_PREFIX", "t1.", 1);
+    st_config_t cfg;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "executor", 8081, &eb), ST_OK);
+    CU_ASSERT_EQUAL(cfg.http_port, 9999);
+    CU_ASSERT_STRING_EQUAL(cfg.topic_prefix, "t1.");
+    clear_env();
+}
+
+static void test_rejects_bad_values(void)
+{
+    st_config_t cfg;
+    st_errbuf_t eb;
+    clear_env();
+    setenv("STRAND_HTTP_PORT", "80x", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_HTTP_PORT"));
+    setenv("STRAND_HTTP_PORT", "70000", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    clear_env();
+    setenv("STRAND_LOG_LEVEL", "loud", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_LOG_LEVEL"));
+    clear_env();
+    setenv("STRAND_REDIS_URL", "localhost:6379", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    clear_env();
+    setenv("STRAND_KAFKA_BROKERS", "", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    clear_env();
+}
+
+ST_TEST_MAIN("config", ST_TEST(test_defaults), ST_TEST(test_overrides),
+             ST_TEST(test_rejects_bad_values))
