@@ -181,7 +181,7 @@ static void handle_start(st_http_req_t *req, void *ctx)
     PGresult *res = NULL;
     char id[37], pinned[16] = "";
     st_uuid_new(id);
-    char *input_text = json_dumps(input ? input : json_object(), JSON_COMPACT);
+    char *input_text = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
     st_signal_t start = {0};
     int replied = 0;
     st_err_t err = st_pg_begin(conn, &eb);

@@ -179,9 +179,9 @@ static const char *status_name(st_run_status_t status)
 /* Builds the interpreter's event from a signal. Caller decrefs. */
 static json_t *event_from_signal(const st_signal_t *sig, const char *input_text)
 {
-    json_t *event = json_pack("{s:s, s:s, s:O}", "type", st_signal_type_name(sig->type),
+    json_t *event = json_pack("{s:s, s:s, s:o}", "type", st_signal_type_name(sig->type),
                               "signal_id", sig->signal_id, "payload",
-                              sig->payload ? sig->payload : json_object());
+                              sig->payload ? json_incref(sig->payload) : json_object());
     if (sig->waiting_token[0])
         json_object_set_new(event, "token", json_string(sig->waiting_token));
     if (sig->name[0])
