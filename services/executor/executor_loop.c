@@ -1,13 +1,23 @@
 /*
  * executor_loop.c - the signal pump: a Kafka consumer in group "<prefix>executor" on
- * the signals topic, feeding st_wakeup_run() one message at a time.
+ * the signals topic, feeding st_wakeup_run() on a pool of worker threads.
  *
- * Per message: decode -> wake-up transaction -> commit the offset (only after the
- * database commit). A retryable failure (PostgreSQL down) retries the same message
- * with backoff, never skipping it; a permanent failure retries up to
- * STRAND_MAX_ATTEMPTS times, then moves the message to the dead-letter store in one
- * transaction and commits the offset. On stop, the message in hand either commits or
- * is left uncommitted for redelivery.
+ * Threads: one consumer thread (polls Kafka, dispatches, commits offsets, handles
+ * rebalances) and STRAND_EXECUTOR_CONCURRENCY workers, each with its own PostgreSQL
+ * connection and definition cache. A message goes to worker hash(key) % N, so one
+ * instance's signals are applied in order by one thread at a time.
+ *
+ * Offsets: every dispatched message is appended to its partition's in-flight list.
+ * A worker marks its entry done only after the wake-up (or dead letter) committed.
+ * The consumer thread commits, per partition, the offset after the longest done
+ * prefix; a message that never completes (stop during a retry) holds its partition's
+ * offset back and is redelivered. On a revoke the consumer waits for the workers to
+ * drain, commits, then lets the partitions go.
+ *
+ * Per message: decode -> wake-up transaction -> done. A retryable failure (PostgreSQL
+ * down) retries the same message with backoff, never skipping it; a permanent failure
+ * retries up to STRAND_MAX_ATTEMPTS times, then moves the message to the dead-letter
+ * store in one transaction.
  */
 #include "executor.h"
 
@@ -25,74 +35,111 @@
 #include "strand/util.h"
 #include "wakeup.h"
 
+#define QUEUE_CAPACITY 256
+
+/* One dispatched message; owned by the consumer thread, `done` set by a worker. */
+typedef struct inflight {
+    rd_kafka_message_t *msg;
+    int done;                        /* atomic */
+    struct inflight *next;
+} inflight_t;
+
+typedef struct {
+    int32_t partition;
+    inflight_t *head, *tail;
+} partition_track_t;
+
+typedef struct worker {
+    struct st_executor *ex;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;             /* signalled on push, pop and idle */
+    inflight_t *queue[QUEUE_CAPACITY];
+    int qhead, qlen;
+    int busy;                        /* a message is being processed */
+    PGconn *conn;
+    st_defcache_t *cache;
+} worker_t;
+
 struct st_executor {
     st_service_t *svc;
     pthread_t thread;
     rd_kafka_t *consumer;
-    PGconn *conn;
-    st_defcache_t *cache;
-    int pg_up, kafka_up;    /* atomics, for /readyz */
-    st_metric_t *m_applied, *m_dropped, *m_duration, *m_errors;
+    int nworkers;
+    worker_t *workers;
+    partition_track_t *parts;        /* consumer thread only */
+    int nparts, cap_parts;
+    int pg_up, kafka_up;             /* atomics, for /readyz */
+    st_metric_t *m_applied, *m_dropped, *m_duration, *m_errors, *m_inflight;
 };
+
+static int stopping(const st_executor_t *ex)
+{
+    return st_service_stopping(ex->svc);
+}
 
 static void backoff_sleep(st_executor_t *ex, int *backoff_ms)
 {
-    for (int waited = 0; waited < *backoff_ms && !st_service_stopping(ex->svc); waited += 50)
+    for (int waited = 0; waited < *backoff_ms && !stopping(ex); waited += 50)
         poll(NULL, 0, 50);
     *backoff_ms = *backoff_ms < 5000 ? *backoff_ms * 2 : 5000;
 }
 
-static int ensure_pg(st_executor_t *ex)
+static int ensure_pg(worker_t *w)
 {
-    if (ex->conn != NULL && PQstatus(ex->conn) == CONNECTION_OK)
+    if (w->conn != NULL && PQstatus(w->conn) == CONNECTION_OK)
         return 1;
-    if (ex->conn != NULL)
-        PQfinish(ex->conn);
-    ex->conn = NULL;
+    if (w->conn != NULL)
+        PQfinish(w->conn);
+    w->conn = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(ex->svc->cfg.pg_dsn, "strand-executor", &ex->conn, &eb) != ST_OK) {
-        __atomic_store_n(&ex->pg_up, 0, __ATOMIC_RELEASE);
+    if (st_pg_connect(w->ex->svc->cfg.pg_dsn, "strand-executor", &w->conn, &eb) != ST_OK) {
+        __atomic_store_n(&w->ex->pg_up, 0, __ATOMIC_RELEASE);
         st_log_warn("executor could not connect to PostgreSQL", "%s", eb.msg);
         return 0;
     }
-    __atomic_store_n(&ex->pg_up, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&w->ex->pg_up, 1, __ATOMIC_RELEASE);
     return 1;
 }
 
+/* ---- one message ---------------------------------------------------------------- */
+
 /* Dead-letters a message in its own transaction. Returns ST_OK once recorded. */
-static st_err_t dead_letter(st_executor_t *ex, const rd_kafka_message_t *msg,
+static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg,
                             const char *instance_id, const char *reason, int attempts)
 {
     st_errbuf_t eb;
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition,
                                    msg->offset, instance_id};
-    st_err_t err = st_pg_begin(ex->conn, &eb);
+    st_err_t err = st_pg_begin(w->conn, &eb);
     if (err == ST_OK)
-        err = st_dead_letter_add_tx(ex->conn, &src, reason, attempts, ex->svc->cfg.node_id,
+        err = st_dead_letter_add_tx(w->conn, &src, reason, attempts, w->ex->svc->cfg.node_id,
                                     msg->payload, msg->len, &eb);
     if (err == ST_OK)
-        err = st_pg_commit(ex->conn, &eb);
+        err = st_pg_commit(w->conn, &eb);
     if (err != ST_OK) {
-        st_pg_rollback(ex->conn);
+        st_pg_rollback(w->conn);
         st_log_error("could not record a dead letter", "%s", eb.msg);
     } else {
-        st_log_warn("message moved to the dead-letter store", "topic=%s partition=%d offset=%lld reason=%s",
-                    src.topic, src.partition, (long long)src.offset, reason);
+        st_log_warn("message moved to the dead-letter store",
+                    "topic=%s partition=%d offset=%lld reason=%s", src.topic, src.partition,
+                    (long long)src.offset, reason);
     }
     return err;
 }
 
 /* Handles one message until it is committed, dead-lettered, or the service stops.
- * Returns 1 if the offset may be committed. */
-static int handle_message(st_executor_t *ex, const rd_kafka_message_t *msg)
+ * Returns 1 if its offset may be committed. */
+static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
 {
+    st_executor_t *ex = w->ex;
     st_signal_t sig;
     st_errbuf_t eb;
     int backoff_ms = 100;
     if (st_signal_decode(msg->payload, msg->len, &sig, &eb) != ST_OK) {
         /* Malformed: retrying cannot help. */
-        while (!st_service_stopping(ex->svc)) {
-            if (ensure_pg(ex) && dead_letter(ex, msg, NULL, eb.msg, 1) == ST_OK)
+        while (!stopping(ex)) {
+            if (ensure_pg(w) && dead_letter(w, msg, NULL, eb.msg, 1) == ST_OK)
                 return 1;
             backoff_sleep(ex, &backoff_ms);
         }
@@ -100,15 +147,15 @@ static int handle_message(st_executor_t *ex, const rd_kafka_message_t *msg)
     }
     int attempts = 0;
     int commit = 0;
-    while (!st_service_stopping(ex->svc)) {
-        if (!ensure_pg(ex)) {
+    while (!stopping(ex)) {
+        if (!ensure_pg(w)) {
             backoff_sleep(ex, &backoff_ms);
             continue;
         }
         double started = st_mono_s();
         st_wake_outcome_t outcome = 0;
-        st_err_t err = st_wakeup_run(ex->conn, ex->cache, ex->svc->cfg.node_id, &sig,
-                                     &outcome, &eb);
+        st_err_t err = st_wakeup_run(w->conn, w->cache, ex->svc->cfg.node_id, &sig, &outcome,
+                                     &eb);
         if (err == ST_OK) {
             st_metric_observe(ex->m_duration, st_mono_s() - started);
             st_metric_inc(outcome == ST_WAKE_APPLIED ? ex->m_applied : ex->m_dropped);
@@ -119,7 +166,7 @@ static int handle_message(st_executor_t *ex, const rd_kafka_message_t *msg)
             break;
         }
         st_metric_inc(ex->m_errors);
-        if (st_err_retryable(err) || PQstatus(ex->conn) != CONNECTION_OK) {
+        if (st_err_retryable(err) || PQstatus(w->conn) != CONNECTION_OK) {
             st_log_warn("wake-up failed, will retry", "instance=%s error=%s: %s",
                         sig.instance_id, st_err_name(err), eb.msg);
             backoff_sleep(ex, &backoff_ms);
@@ -128,11 +175,10 @@ static int handle_message(st_executor_t *ex, const rd_kafka_message_t *msg)
         attempts++;
         st_log_warn("wake-up failed", "instance=%s attempt=%d error=%s: %s", sig.instance_id,
                     attempts, st_err_name(err), eb.msg);
-        if (attempts >= ex->svc->cfg.max_attempts) {
-            if (dead_letter(ex, msg, sig.instance_id, eb.msg, attempts) == ST_OK) {
-                commit = 1;
-                break;
-            }
+        if (attempts >= ex->svc->cfg.max_attempts &&
+            dead_letter(w, msg, sig.instance_id, eb.msg, attempts) == ST_OK) {
+            commit = 1;
+            break;
         }
         backoff_sleep(ex, &backoff_ms);
     }
@@ -140,26 +186,186 @@ static int handle_message(st_executor_t *ex, const rd_kafka_message_t *msg)
     return commit;
 }
 
-static void *executor_main(void *arg)
+/* ---- workers --------------------------------------------------------------------- */
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ensure_pg(w);
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->qlen == 0 && !stopping(w->ex))
+            pthread_cond_wait(&w->cond, &w->lock);
+        if (stopping(w->ex))
+            break;   /* queued messages stay uncommitted and are redelivered */
+        inflight_t *item = w->queue[w->qhead];
+        w->qhead = (w->qhead + 1) % QUEUE_CAPACITY;
+        w->qlen--;
+        w->busy = 1;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        int ok = handle_message(w, item->msg);
+        if (ok)
+            __atomic_store_n(&item->done, 1, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&w->lock);
+        w->busy = 0;
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Queues a message on its worker, waiting while that worker's queue is full. */
+static void dispatch(st_executor_t *ex, inflight_t *item)
+{
+    const rd_kafka_message_t *msg = item->msg;
+    uint32_t hash = 2166136261u;   /* FNV-1a of the key: the instance id */
+    for (size_t i = 0; i < msg->key_len; i++)
+        hash = (hash ^ ((const uint8_t *)msg->key)[i]) * 16777619u;
+    worker_t *w = &ex->workers[hash % (uint32_t)ex->nworkers];
+    pthread_mutex_lock(&w->lock);
+    while (w->qlen == QUEUE_CAPACITY && !stopping(ex))
+        pthread_cond_wait(&w->cond, &w->lock);
+    if (w->qlen < QUEUE_CAPACITY) {
+        w->queue[(w->qhead + w->qlen) % QUEUE_CAPACITY] = item;
+        w->qlen++;
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Waits until every worker's queue is empty and no message is in hand. */
+static void drain_workers(st_executor_t *ex)
+{
+    for (int i = 0; i < ex->nworkers; i++) {
+        worker_t *w = &ex->workers[i];
+        pthread_mutex_lock(&w->lock);
+        while ((w->qlen > 0 || w->busy) && !stopping(ex))
+            pthread_cond_wait(&w->cond, &w->lock);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+/* ---- offsets (consumer thread only) ---------------------------------------------- */
+
+static partition_track_t *track_get(st_executor_t *ex, int32_t partition)
+{
+    for (int i = 0; i < ex->nparts; i++)
+        if (ex->parts[i].partition == partition)
+            return &ex->parts[i];
+    if (ex->nparts == ex->cap_parts) {
+        ex->cap_parts = ex->cap_parts ? ex->cap_parts * 2 : 16;
+        ex->parts = realloc(ex->parts, (size_t)ex->cap_parts * sizeof *ex->parts);
+        if (ex->parts == NULL)
+            abort();
+    }
+    partition_track_t *t = &ex->parts[ex->nparts++];
+    memset(t, 0, sizeof *t);
+    t->partition = partition;
+    return t;
+}
+
+/* Commits, per partition, past the longest prefix of done messages. With `forget`,
+ * also drops what is not done (used on revoke and stop: it will be redelivered). */
+static void commit_done(st_executor_t *ex, int sync, int forget)
+{
+    rd_kafka_topic_partition_list_t *offsets = rd_kafka_topic_partition_list_new(8);
+    int64_t inflight = 0;
+    for (int i = 0; i < ex->nparts; i++) {
+        partition_track_t *t = &ex->parts[i];
+        rd_kafka_message_t *last = NULL;
+        while (t->head != NULL && __atomic_load_n(&t->head->done, __ATOMIC_ACQUIRE)) {
+            inflight_t *item = t->head;
+            t->head = item->next;
+            if (last != NULL)
+                rd_kafka_message_destroy(last);
+            last = item->msg;
+            free(item);
+        }
+        if (t->head == NULL)
+            t->tail = NULL;
+        if (last != NULL) {
+            rd_kafka_topic_partition_list_add(offsets, rd_kafka_topic_name(last->rkt),
+                                              last->partition)->offset = last->offset + 1;
+            rd_kafka_message_destroy(last);
+        }
+        while (forget && t->head != NULL) {
+            inflight_t *item = t->head;
+            t->head = item->next;
+            rd_kafka_message_destroy(item->msg);
+            free(item);
+        }
+        if (forget)
+            t->tail = NULL;
+        for (inflight_t *p = t->head; p != NULL; p = p->next)
+            inflight++;
+    }
+    if (offsets->cnt > 0) {
+        rd_kafka_resp_err_t err = rd_kafka_commit(ex->consumer, offsets, sync ? 0 : 1);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+            st_log_warn("could not commit offsets", "%s", rd_kafka_err2str(err));
+    }
+    rd_kafka_topic_partition_list_destroy(offsets);
+    st_metric_set(ex->m_inflight, (double)inflight);
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *partitions, void *opaque)
+{
+    st_executor_t *ex = opaque;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        st_log_info("partitions assigned", "count=%d", partitions->cnt);
+        rd_kafka_assign(rk, partitions);
+        __atomic_store_n(&ex->kafka_up, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    /* Revoke: let the work in hand finish and commit before the partitions move. */
+    st_log_info("partitions revoked", "count=%d", partitions->cnt);
+    drain_workers(ex);
+    commit_done(ex, 1, 1);
+    rd_kafka_assign(rk, NULL);
+}
+
+/* ---- the consumer thread --------------------------------------------------------- */
+
+static void *consumer_main(void *arg)
 {
     st_executor_t *ex = arg;
-    while (!st_service_stopping(ex->svc)) {
-        rd_kafka_message_t *msg = rd_kafka_consumer_poll(ex->consumer, 200);
-        if (msg == NULL)
-            continue;
-        if (msg->err) {
+    while (!stopping(ex)) {
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(ex->consumer, 100);
+        if (msg != NULL && msg->err) {
             if (msg->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 __atomic_store_n(&ex->kafka_up, 0, __ATOMIC_RELEASE);
             if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 st_log_warn("signals consumer error", "%s", rd_kafka_message_errstr(msg));
             rd_kafka_message_destroy(msg);
-            continue;
+            msg = NULL;
         }
-        __atomic_store_n(&ex->kafka_up, 1, __ATOMIC_RELEASE);
-        if (handle_message(ex, msg))
-            rd_kafka_commit_message(ex->consumer, msg, 1 /* async */);
-        rd_kafka_message_destroy(msg);
+        if (msg != NULL) {
+            __atomic_store_n(&ex->kafka_up, 1, __ATOMIC_RELEASE);
+            inflight_t *item = calloc(1, sizeof *item);
+            if (item == NULL)
+                abort();
+            item->msg = msg;
+            partition_track_t *t = track_get(ex, msg->partition);
+            if (t->tail != NULL)
+                t->tail->next = item;
+            else
+                t->head = item;
+            t->tail = item;
+            dispatch(ex, item);
+        }
+        commit_done(ex, 0, 0);
     }
+    /* Stop: wake the workers, wait for the messages in hand, commit what finished. */
+    for (int i = 0; i < ex->nworkers; i++) {
+        pthread_mutex_lock(&ex->workers[i].lock);
+        pthread_cond_broadcast(&ex->workers[i].cond);
+        pthread_mutex_unlock(&ex->workers[i].lock);
+    }
+    for (int i = 0; i < ex->nworkers; i++)
+        pthread_join(ex->workers[i].thread, NULL);
+    commit_done(ex, 1, 1);
     return NULL;
 }
 
@@ -175,13 +381,38 @@ static int kafka_ready(void *ctx)
     return __atomic_load_n(&ex->kafka_up, __ATOMIC_ACQUIRE);
 }
 
+static void free_executor(st_executor_t *ex)
+{
+    for (int i = 0; ex->workers != NULL && i < ex->nworkers; i++) {
+        if (ex->workers[i].conn != NULL)
+            PQfinish(ex->workers[i].conn);
+        st_defcache_free(ex->workers[i].cache);
+        pthread_mutex_destroy(&ex->workers[i].lock);
+        pthread_cond_destroy(&ex->workers[i].cond);
+    }
+    free(ex->workers);
+    free(ex->parts);
+    free(ex);
+}
+
 st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *eb)
 {
     st_executor_t *ex = calloc(1, sizeof *ex);
     if (ex == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the executor");
     ex->svc = svc;
-    ex->cache = st_defcache_new();
+    ex->nworkers = svc->cfg.executor_concurrency;
+    ex->workers = calloc((size_t)ex->nworkers, sizeof *ex->workers);
+    if (ex->workers == NULL) {
+        free(ex);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the executor");
+    }
+    for (int i = 0; i < ex->nworkers; i++) {
+        ex->workers[i].ex = ex;
+        ex->workers[i].cache = st_defcache_new();
+        pthread_mutex_init(&ex->workers[i].lock, NULL);
+        pthread_cond_init(&ex->workers[i].cond, NULL);
+    }
     ex->m_applied = st_metrics_counter("strand_signals_processed_total",
                                        "Signals processed by outcome", "outcome=\"applied\"");
     ex->m_dropped = st_metrics_counter("strand_signals_processed_total",
@@ -190,25 +421,39 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
                                       "Wake-ups that failed and were retried", NULL);
     ex->m_duration = st_metrics_histogram("strand_wakeup_duration_seconds",
                                           "Time of one wake-up transaction", NULL);
+    ex->m_inflight = st_metrics_gauge("strand_executor_inflight_messages",
+                                      "Consumed signals not yet committed", NULL);
     char group[128];
     snprintf(group, sizeof group, "%sexecutor", svc->cfg.topic_prefix);
     static const char *const topics[] = {ST_TOPIC_SIGNALS, NULL};
-    st_err_t err = st_kafka_consumer_new(&svc->cfg, group, topics, &ex->consumer, eb);
+    st_kafka_consumer_opts_t opts = {.on_rebalance = on_rebalance, .opaque = ex};
+    st_err_t err = st_kafka_consumer_new(&svc->cfg, group, topics, &opts, &ex->consumer, eb);
     if (err != ST_OK) {
-        st_defcache_free(ex->cache);
-        free(ex);
+        free_executor(ex);
         return err;
     }
-    /* Kafka is "up" for readiness once the consumer has a broker; messages also set it. */
+    /* Kafka is "up" for readiness once the consumer has a broker; assignment and
+     * messages keep it current. */
     __atomic_store_n(&ex->kafka_up, st_kafka_connected(ex->consumer), __ATOMIC_RELEASE);
-    ensure_pg(ex);
     st_service_add_ready(svc, "postgres", pg_ready, ex);
     st_service_add_ready(svc, "kafka", kafka_ready, ex);
-    if (pthread_create(&ex->thread, NULL, executor_main, ex) != 0) {
+    int started = 0;
+    for (; started < ex->nworkers; started++)
+        if (pthread_create(&ex->workers[started].thread, NULL, worker_main,
+                           &ex->workers[started]) != 0)
+            break;
+    if (started < ex->nworkers ||
+        pthread_create(&ex->thread, NULL, consumer_main, ex) != 0) {
+        __atomic_store_n(&svc->stopping, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < started; i++) {
+            pthread_mutex_lock(&ex->workers[i].lock);
+            pthread_cond_broadcast(&ex->workers[i].cond);
+            pthread_mutex_unlock(&ex->workers[i].lock);
+            pthread_join(ex->workers[i].thread, NULL);
+        }
         rd_kafka_destroy(ex->consumer);
-        st_defcache_free(ex->cache);
-        free(ex);
-        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the executor thread");
+        free_executor(ex);
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the executor threads");
     }
     *out = ex;
     return ST_OK;
@@ -221,8 +466,5 @@ void st_executor_stop(st_executor_t *ex)
     pthread_join(ex->thread, NULL);
     rd_kafka_consumer_close(ex->consumer);
     rd_kafka_destroy(ex->consumer);
-    if (ex->conn != NULL)
-        PQfinish(ex->conn);
-    st_defcache_free(ex->cache);
-    free(ex);
+    free_executor(ex);
 }

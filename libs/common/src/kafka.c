@@ -82,8 +82,8 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
 }
 
 st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
-                               const char *const *topics, rd_kafka_t **out,
-                               st_errbuf_t *eb)
+                               const char *const *topics, const st_kafka_consumer_opts_t *opts,
+                               rd_kafka_t **out, st_errbuf_t *eb)
 {
     rd_kafka_conf_t *conf;
     st_err_t err = base_conf(cfg, &conf, eb);
@@ -99,6 +99,11 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         (err = conf_set(conf, "fetch.wait.max.ms", "10", eb)) != ST_OK) {
         rd_kafka_conf_destroy(conf);
         return err;
+    }
+    if (opts != NULL) {
+        if (opts->on_rebalance != NULL)
+            rd_kafka_conf_set_rebalance_cb(conf, opts->on_rebalance);
+        rd_kafka_conf_set_opaque(conf, opts->opaque);
     }
     char errstr[512];
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);

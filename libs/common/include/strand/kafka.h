@@ -36,12 +36,22 @@ typedef struct {
 st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_t *cbs,
                                rd_kafka_t **out, st_errbuf_t *eb);
 
+/* Optional consumer hooks; any member may be NULL. */
+typedef struct {
+    /* Replaces librdkafka's default rebalance handling; it must call
+     * rd_kafka_assign() itself (see rd_kafka_conf_set_rebalance_cb()). */
+    void (*on_rebalance)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *partitions, void *opaque);
+    void *opaque;
+} st_kafka_consumer_opts_t;
+
 /* Creates a consumer in `group` subscribed to the prefixed `topic` suffixes
- * (NULL-terminated). Offsets are committed only by the caller.
+ * (NULL-terminated), with eager (roundrobin) assignment. Offsets are committed only
+ * by the caller. `opts` may be NULL.
  * Caller closes with rd_kafka_consumer_close() then rd_kafka_destroy(). */
 st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
-                               const char *const *topics, rd_kafka_t **out,
-                               st_errbuf_t *eb);
+                               const char *const *topics, const st_kafka_consumer_opts_t *opts,
+                               rd_kafka_t **out, st_errbuf_t *eb);
 
 /* Creates every Strand topic that does not exist yet (partitions and replication
  * from the configuration); existing topics are left as they are. Waits for the
