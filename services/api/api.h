@@ -27,5 +27,7 @@ void st_api_reply_error(st_http_req_t *req, st_err_t err, const st_errbuf_t *eb)
 
 void st_api_definitions_register(st_api_t *api);
 void st_api_instances_register(st_api_t *api);
+void st_api_signals_register(st_api_t *api);
+void st_api_dead_letters_register(st_api_t *api);
 
 #endif

@@ -75,6 +75,8 @@ int main(void)
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
     st_api_definitions_register(&api);
     st_api_instances_register(&api);
+    st_api_signals_register(&api);
+    st_api_dead_letters_register(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
     st_relay_stop(relay);

@@ -248,6 +248,48 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     return err;
 }
 
+static const char *const sql_runtime_end =
+    "UPDATE strand.runtime_states SET state_version = state_version + 1,"
+    " snapshot = CASE WHEN snapshot IS NULL THEN NULL"
+    "   ELSE jsonb_set(snapshot, '{status}', to_jsonb($2::text)) END,"
+    " waiting_kind = NULL, waiting_token = NULL, waiting_until = NULL,"
+    " last_signal_id = $3, last_executed_by = $4, last_executed_at = now()"
+    " WHERE instance_id = $1::uuid";
+static const char *const sql_instance_end =
+    "UPDATE strand.instances SET status = $2, error = $3::jsonb, updated_at = now(),"
+    " ended_at = now() WHERE id = $1::uuid";
+static const char *const sql_tasks_cancel =
+    "UPDATE strand.tasks SET status = 'cancelled' WHERE instance_id = $1::uuid"
+    " AND status IN ('open', 'assigned')";
+
+/* CANCEL and TERMINATE end the instance where it stands, without running steps:
+ * open tasks are cancelled and later signals find it ended (stale). */
+static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
+                                st_errbuf_t *eb)
+{
+    const char *status = sig->type == ST_SIGNAL_CANCEL ? "cancelled" : "terminated";
+    const json_t *reason = sig->payload ? json_object_get(sig->payload, "reason") : NULL;
+    json_t *error = json_pack("{s:s, s:O}", "code", status, "reason",
+                              reason ? reason : json_null());
+    char *error_text = json_dumps(error, JSON_COMPACT);
+    const char *rs_params[] = {sig->instance_id, status, sig->signal_id, node_id};
+    const char *inst_params[] = {sig->instance_id, status, error_text};
+    const char *task_params[] = {sig->instance_id};
+    st_err_t err = st_pg_exec(conn, sql_runtime_end, 4, rs_params, NULL, eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_instance_end, 3, inst_params, NULL, eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_tasks_cancel, 1, task_params, NULL, eb);
+    free(error_text);
+    if (err == ST_OK)
+        err = history_add_tx(conn, sig->instance_id, status,
+                             json_pack("{s:s, s:o}", "signal_id", sig->signal_id, "error", error),
+                             eb);
+    else
+        json_decref(error);
+    return err;
+}
+
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
@@ -292,6 +334,12 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         *outcome = ST_WAKE_STALE;
         err = drop_tx(conn, sig, *outcome, "StaleSignal",
                       "the signal expected another state version", eb);
+        goto finish;
+    }
+
+    if (sig->type == ST_SIGNAL_CANCEL || sig->type == ST_SIGNAL_TERMINATE) {
+        err = end_instance_tx(conn, sig, node_id, eb);
+        *outcome = ST_WAKE_APPLIED;
         goto finish;
     }
 

@@ -1,0 +1,164 @@
+/*
+ * test_executor.c - the executor against the real servers: poison messages go to the
+ * dead-letter store (table + dlq topic) without blocking their partition, and the API
+ * lists, replays and discards them; signals, cancel and terminate are validated and
+ * enqueued; a cancelled instance ends and later signals are dropped as stale.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "st_test.h"
+
+static char def_name[64];
+
+/* Waits until `sql` returns at least `want`; returns the last value. */
+static long long wait_number(const char *sql, long long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    long long value = -1;
+    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
+        usleep(50 * 1000);
+    return value;
+}
+
+static void test_start(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    char doc[512];
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"greet\",\"type\":\"set\",\"values\":{\"greeting\":\"'hello ' + input.name\"}},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"message\":\"state.greeting\"}}]}",
+             def_name);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/definitions", doc, NULL), 201);
+}
+
+static void test_poison_message_is_dead_lettered(void)
+{
+    long long before = it_sql_number("SELECT count(*) FROM strand.dead_letters");
+    /* Not a protobuf Signal: the executor must dead-letter it, not crash or stall. */
+    CU_ASSERT_EQUAL(it_sql_number("WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
+                                  " VALUES ('signals', 'poison', '\\xdeadbeef'::bytea) RETURNING 1),"
+                                  " n AS (SELECT pg_notify('strand_outbox', ''))"
+                                  " SELECT count(*) FROM ins, n"), 1);
+    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
+                    before + 1);
+    /* The partition is not blocked: a normal instance still completes. */
+    char body[256];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"name\":\"after\"}}", def_name);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances", body, &answer), 201);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+             " AND status = 'completed'", json_string_value(json_object_get(answer, "id")));
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    json_decref(answer);
+    /* The DLQ topic got the envelope too (through the outbox). */
+    CU_ASSERT_TRUE(wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'dlq'"
+                               " AND published_at IS NOT NULL", 1, 30) >= 1);
+}
+
+static void test_dead_letter_api(void)
+{
+    json_t *list = NULL;
+    CU_ASSERT_EQUAL_FATAL(it_http(IT_API, "GET", "/v1/dead-letters?status=open", NULL, &list), 200);
+    json_t *first = json_array_get(json_object_get(list, "items"), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(first);
+    long long id = json_integer_value(json_object_get(first, "id"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(first, "reason")),
+                                  "strand.v1.Signal"));
+    json_decref(list);
+    char path[128];
+    json_t *one = NULL;
+    snprintf(path, sizeof path, "/v1/dead-letters/%lld", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &one), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(one, "payload_base64")), "3q2+7w==");
+    json_decref(one);
+
+    /* Replay: the same bytes go back to the signals topic and are dead-lettered again. */
+    long long before = it_sql_number("SELECT count(*) FROM strand.dead_letters");
+    snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);   /* at most once */
+    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
+                    before + 1);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE id = %lld"
+             " AND status = 'replayed'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+
+    long long newest = it_sql_number("SELECT max(id) FROM strand.dead_letters");
+    snprintf(path, sizeof path, "/v1/dead-letters/%lld/discard", newest);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/dead-letters/abc", NULL, NULL), 400);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/dead-letters/999999999", NULL, NULL), 404);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/dead-letters?status=bogus", NULL, NULL), 400);
+}
+
+static void test_signal_validation(void)
+{
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances/not-a-uuid/signals",
+                            "{\"name\":\"x\"}", NULL), 400);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST",
+                            "/v1/instances/00000000-0000-4000-8000-000000000000/signals",
+                            "{\"name\":\"x\"}", &answer), 404);
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/signals",
+                            "{\"name\":\"x\",\"business_ref\":\"nobody\"}", NULL), 404);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/signals", "{\"name\":\"x\"}", &answer), 400);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "field")), "/business_ref");
+    json_decref(answer);
+
+    /* A completed instance refuses signals and control requests with 409. */
+    char body[256];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"name\":\"z\"}}", def_name);
+    CU_ASSERT_EQUAL_FATAL(it_http(IT_API, "POST", "/v1/instances", body, &answer), 201);
+    char id[40];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "id")));
+    json_decref(answer);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+             " AND status = 'completed'", id);
+    CU_ASSERT_EQUAL_FATAL(wait_number(sql, 1, 30), 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", &answer), 400);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "field")), "/name");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\"}", NULL), 409);
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);
+}
+
+static void test_stop(void)
+{
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+int main(void)
+{
+    if (!it_init("test_executor"))
+        return 1;
+    snprintf(def_name, sizeof def_name, "exec-%ld-%d", (long)time(NULL), (int)getpid());
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite("executor", NULL, NULL);
+    CU_add_test(suite, "start", test_start);
+    CU_add_test(suite, "poison message is dead-lettered", test_poison_message_is_dead_lettered);
+    CU_add_test(suite, "dead letter API", test_dead_letter_api);
+    CU_add_test(suite, "signal validation", test_signal_validation);
+    CU_add_test(suite, "stop", test_stop);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    it_stop_all();
+    return failed == 0 && ran == 5 ? 0 : 1;
+}
