@@ -285,6 +285,8 @@ static void test_metrics_exposed(void)
 
 static void test_graceful_stop_and_identical_restart(void)
 {
+    long long migrations = it_sql_number("SELECT count(*) FROM strand.schema_migrations");
+    CU_ASSERT_TRUE(migrations >= 1);
     CU_ASSERT_TRUE(it_stop_all());
     /* Second start-up on the same database and topics takes the same path. */
     CU_ASSERT_FATAL(it_start_all(90));
@@ -297,8 +299,8 @@ static void test_graceful_stop_and_identical_restart(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(done, "status")), "completed");
     json_decref(done);
     free(id);
-    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.schema_migrations"),
-                    it_sql_number("SELECT max(version) FROM strand.schema_migrations"));
+    /* The restart applied nothing new and nothing twice. */
+    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.schema_migrations"), migrations);
     CU_ASSERT_TRUE(it_stop_all());
 }
 
