@@ -29,5 +29,6 @@ void st_api_definitions_register(st_api_t *api);
 void st_api_instances_register(st_api_t *api);
 void st_api_signals_register(st_api_t *api);
 void st_api_dead_letters_register(st_api_t *api);
+void st_api_tasks_register(st_api_t *api);
 
 #endif

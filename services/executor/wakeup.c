@@ -1,6 +1,8 @@
 /* wakeup.c - one transaction per wake-up (see wakeup.h). */
 #include "wakeup.h"
 
+#include "effects.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,8 +196,7 @@ static json_t *event_from_signal(const st_signal_t *sig, const char *input_text)
     return event;
 }
 
-/* Writes the run's result: snapshot, projection, history. Effects that later issues
- * act on are recorded in history for now. */
+/* Writes the run's result: snapshot, projection, history, and its effects. */
 static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
                            const char *old_version, const st_run_result_t *run,
                            st_errbuf_t *eb)
@@ -245,6 +246,9 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
                                    "signal_type", st_signal_type_name(sig->type), "status",
                                    status_name(run->status), "effects", effect_types),
                          eb);
+    if (err == ST_OK)
+        err = st_effects_apply_tx(conn, sig->instance_id, run->effects, run->status,
+                                  run->snapshot, eb);
     return err;
 }
 

@@ -1,0 +1,267 @@
+/*
+ * tasks.c - human tasks: list, get, assign, release, complete.
+ *
+ * The executor opens task rows when an instance waits on a task; these handlers
+ * change them. Every change appends a task event in the same transaction; completion
+ * also enqueues a TASK_COMPLETED signal carrying the task's waiting token, so a
+ * completion that races a newer wait (or a second completion) is dropped as stale.
+ * State machine: open -> assigned (assign) -> open (release); open|assigned ->
+ * completed (complete); open|assigned -> cancelled (instance cancelled, executor).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "strand/pg.h"
+#include "strand/signal.h"
+#include "strand/util.h"
+
+static const char *const sql_task_list =
+    "SELECT id, instance_id, name, status, roles, assignee, created_at, deadline_at"
+    " FROM strand.tasks"
+    " WHERE ($1::text IS NULL OR $1 = ANY(roles))"
+    "   AND ($2::text IS NULL OR assignee = $2)"
+    "   AND ($3::text IS NULL OR status = $3)"
+    "   AND ($4::uuid IS NULL OR instance_id = $4::uuid)"
+    "   AND ($5::uuid IS NULL OR id > $5::uuid)"
+    " ORDER BY id LIMIT $6";
+static const char *const sql_task_get =
+    "SELECT id, instance_id, name, status, roles, assignee, created_at, deadline_at,"
+    " payload::text, waiting_token, completed_at FROM strand.tasks WHERE id = $1::uuid";
+static const char *const sql_task_lock =
+    "SELECT status, assignee, instance_id, waiting_token FROM strand.tasks"
+    " WHERE id = $1::uuid FOR UPDATE";
+static const char *const sql_task_update =
+    "UPDATE strand.tasks SET status = $2, assignee = $3,"
+    " completed_at = CASE WHEN $2 = 'completed' THEN now() END WHERE id = $1::uuid";
+static const char *const sql_task_event =
+    "INSERT INTO strand.task_events (task_id, kind, actor, detail)"
+    " VALUES ($1::uuid, $2, $3, $4::jsonb)";
+
+static json_t *task_row(PGresult *res, int row)
+{
+    json_t *item = json_pack("{s:s, s:s, s:s, s:s}", "id", PQgetvalue(res, row, 0),
+                             "instance_id", PQgetvalue(res, row, 1), "name",
+                             PQgetvalue(res, row, 2), "status", PQgetvalue(res, row, 3));
+    /* roles arrive as a PostgreSQL array literal {a,b}; split on commas. */
+    json_t *roles = json_array();
+    char *text = strdup(PQgetvalue(res, row, 4));
+    char *save = NULL;
+    for (char *tok = strtok_r(text + 1, ",}", &save); tok != NULL; tok = strtok_r(NULL, ",}", &save)) {
+        size_t len = strlen(tok);
+        if (len >= 2 && tok[0] == '"' && tok[len - 1] == '"') {
+            tok[len - 1] = '\0';
+            tok++;
+        }
+        json_array_append_new(roles, json_string(tok));
+    }
+    free(text);
+    json_object_set_new(item, "roles", roles);
+    json_object_set_new(item, "assignee", PQgetisnull(res, row, 5)
+                                              ? json_null() : json_string(PQgetvalue(res, row, 5)));
+    json_object_set_new(item, "created_at", json_string(PQgetvalue(res, row, 6)));
+    json_object_set_new(item, "deadline_at", PQgetisnull(res, row, 7)
+                                                 ? json_null() : json_string(PQgetvalue(res, row, 7)));
+    return item;
+}
+
+static void handle_list(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *limit_text = st_http_query(req, "limit");
+    int limit = limit_text ? atoi(limit_text) : 50;
+    const char *instance = st_http_query(req, "instance_id");
+    const char *cursor = st_http_query(req, "cursor");
+    const char *status = st_http_query(req, "status");
+    if (limit <= 0 || limit > 500) {
+        st_http_reply_problem(req, 400, "invalid_limit", "limit must be from 1 to 500", "/limit", NULL);
+        return;
+    }
+    if ((instance && !st_uuid_valid(instance)) || (cursor && !st_uuid_valid(cursor))) {
+        st_http_reply_problem(req, 400, "invalid_id", "instance_id and cursor must be UUIDs",
+                              instance && !st_uuid_valid(instance) ? "/instance_id" : "/cursor", NULL);
+        return;
+    }
+    if (status && strcmp(status, "open") && strcmp(status, "assigned") &&
+        strcmp(status, "completed") && strcmp(status, "cancelled")) {
+        st_http_reply_problem(req, 400, "invalid_status",
+                              "status must be open, assigned, completed or cancelled", "/status", NULL);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL)
+        return;
+    char limit_param[16];
+    snprintf(limit_param, sizeof limit_param, "%d", limit);
+    const char *params[] = {st_http_query(req, "role"), st_http_query(req, "assignee"), status,
+                            instance, cursor, limit_param};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_task_list, 6, params, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    json_t *items = json_array();
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(items, task_row(res, i));
+    json_t *body = json_pack("{s:o}", "items", items);
+    json_object_set_new(body, "next_cursor",
+                        n == limit ? json_string(PQgetvalue(res, n - 1, 0)) : json_null());
+    PQclear(res);
+    st_http_reply_json(req, 200, body);
+}
+
+static void handle_get(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *id = st_http_param(req, "id");
+    if (!st_uuid_valid(id)) {
+        st_http_reply_problem(req, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL)
+        return;
+    const char *params[] = {id};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_task_get, 1, params, &res, &eb);
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        st_http_reply_problem(req, 404, "task_not_found", "no such task", NULL, NULL);
+        return;
+    }
+    json_t *item = task_row(res, 0);
+    json_error_t jerr;
+    json_t *payload = json_loads(PQgetvalue(res, 0, 8), 0, &jerr);
+    json_object_set_new(item, "payload", payload ? payload : json_object());
+    json_object_set_new(item, "completed_at", PQgetisnull(res, 0, 10)
+                                                  ? json_null() : json_string(PQgetvalue(res, 0, 10)));
+    PQclear(res);
+    st_http_reply_json(req, 200, item);
+}
+
+typedef enum { TASK_ASSIGN, TASK_RELEASE, TASK_COMPLETE } task_action_t;
+
+/* Applies one action in one transaction: lock, check the state machine, update, event,
+ * and for completion the TASK_COMPLETED signal. */
+static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
+{
+    const char *id = st_http_param(req, "id");
+    if (!st_uuid_valid(id)) {
+        st_http_reply_problem(req, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
+        return;
+    }
+    json_t *body = st_http_body_object(req);
+    if (body == NULL)
+        return;
+    json_t *assignee = json_object_get(body, "assignee");
+    json_t *actor = json_object_get(body, "actor");
+    json_t *result = json_object_get(body, "result");
+    const char *bad = NULL, *bad_msg = NULL;
+    if (action == TASK_ASSIGN && (!json_is_string(assignee) || json_string_length(assignee) == 0))
+        bad = "/assignee", bad_msg = "assignee must be a non-empty string";
+    else if (actor != NULL && !json_is_string(actor))
+        bad = "/actor", bad_msg = "actor must be a string";
+    else if (action == TASK_COMPLETE && result != NULL && !json_is_object(result))
+        bad = "/result", bad_msg = "result must be a JSON object";
+    if (bad != NULL) {
+        st_http_reply_problem(req, 400, "invalid_field", bad_msg, bad, NULL);
+        json_decref(body);
+        return;
+    }
+    PGconn *conn = st_api_conn(api, req);
+    if (conn == NULL) {
+        json_decref(body);
+        return;
+    }
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_signal_t sig = {0};
+    const char *lock_params[] = {id};
+    int replied = 0;
+    st_err_t err = st_pg_begin(conn, &eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_task_lock, 1, lock_params, &res, &eb);
+    if (err != ST_OK)
+        goto done;
+    if (PQntuples(res) == 0) {
+        st_http_reply_problem(req, 404, "task_not_found", "no such task", NULL, NULL);
+        replied = 1;
+        goto done;
+    }
+    const char *status = PQgetvalue(res, 0, 0);
+    int open = strcmp(status, "open") == 0, assigned = strcmp(status, "assigned") == 0;
+    if ((action == TASK_RELEASE && !assigned) || (action != TASK_RELEASE && !open && !assigned)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the task is %s; this action is not allowed now", status);
+        st_http_reply_problem(req, 409, "task_state", msg, NULL, NULL);
+        replied = 1;
+        goto done;
+    }
+    static const char *const new_status[] = {"assigned", "open", "completed"};
+    static const char *const event_kind[] = {"assigned", "released", "completed"};
+    const char *new_assignee = action == TASK_ASSIGN ? json_string_value(assignee)
+                               : action == TASK_RELEASE ? NULL
+                               : (PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1));
+    const char *update_params[] = {id, new_status[action], new_assignee};
+    json_t *detail = json_object();
+    if (new_assignee)
+        json_object_set_new(detail, "assignee", json_string(new_assignee));
+    if (action == TASK_COMPLETE)
+        json_object_set(detail, "result", result ? result : json_object());
+    char *detail_text = json_dumps(detail, JSON_COMPACT);
+    json_decref(detail);
+    const char *event_params[] = {id, event_kind[action], json_string_value(actor), detail_text};
+    err = st_pg_exec(conn, sql_task_update, 3, update_params, NULL, &eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_task_event, 4, event_params, NULL, &eb);
+    free(detail_text);
+    if (err == ST_OK && action == TASK_COMPLETE) {
+        st_signal_init(&sig, ST_SIGNAL_TASK_COMPLETED, PQgetvalue(res, 0, 2), -1);
+        snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(res, 0, 3));
+        sig.payload = json_pack("{s:s, s:O}", "task_id", id, "result",
+                                result ? result : json_object());
+        if (json_is_string(actor))
+            json_object_set(sig.payload, "actor", actor);
+        err = st_signal_enqueue_tx(conn, &sig, &eb);
+    }
+    if (err == ST_OK)
+        err = st_pg_commit(conn, &eb);
+    if (err == ST_OK) {
+        PQclear(res);
+        res = NULL;
+        const char *get_params[] = {id};
+        if (st_pg_exec(conn, sql_task_get, 1, get_params, &res, &eb) == ST_OK && PQntuples(res) == 1) {
+            st_http_reply_json(req, 200, task_row(res, 0));
+            replied = 1;
+        }
+    }
+done:
+    if (!replied)
+        st_api_reply_error(req, err == ST_OK ? ST_ERR_INTERNAL : err, &eb);
+    st_pg_rollback(conn);
+    PQclear(res);
+    st_signal_close(&sig);
+    json_decref(body);
+}
+
+static void handle_assign(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_ASSIGN); }
+static void handle_release(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_RELEASE); }
+static void handle_complete(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_COMPLETE); }
+
+void st_api_tasks_register(st_api_t *api)
+{
+    st_http_route(api->svc->http, "GET", "/v1/tasks", handle_list, api);
+    st_http_route(api->svc->http, "GET", "/v1/tasks/{id}", handle_get, api);
+    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/assign", handle_assign, api);
+    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/release", handle_release, api);
+    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/complete", handle_complete, api);
+}

@@ -1,0 +1,209 @@
+/* effects.c - effects to rows (see effects.h). */
+#include "effects.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/kafka.h"
+#include "strand/notice.h"
+#include "strand/outbox.h"
+#include "strand/pg.h"
+#include "strand/signal.h"
+#include "strand/util.h"
+
+/* NOTIFY channel the call dispatcher listens on. */
+#define CALLS_CHANNEL "strand_calls"
+
+static const char *const sql_task_insert =
+    "INSERT INTO strand.tasks (id, instance_id, name, status, roles, payload, waiting_token,"
+    " deadline_at) VALUES ($1::uuid, $2::uuid, $3, 'open',"
+    " ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5::jsonb, $6,"
+    " to_timestamp($7::double precision / 1000.0))";
+static const char *const sql_task_created =
+    "INSERT INTO strand.task_events (task_id, kind, detail) VALUES ($1::uuid, 'created', $2::jsonb)";
+static const char *const sql_child_version =
+    "SELECT version FROM strand.definitions WHERE name = $1"
+    " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
+static const char *const sql_child_insert =
+    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref, status,"
+    " input, parent_instance_id, parent_waiting_token)"
+    " VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb, $6::uuid, $7)";
+static const char *const sql_child_runtime =
+    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
+static const char *const sql_call_insert =
+    "INSERT INTO strand.calls (id, instance_id, waiting_token, transport, request, attempt,"
+    " idempotency_key, timeout_ms) VALUES ($1::uuid, $2::uuid, $3, $4, $5::jsonb, $6, $7, $8)";
+static const char *const sql_parent_of =
+    "SELECT parent_instance_id, parent_waiting_token FROM strand.instances"
+    " WHERE id = $1::uuid AND parent_instance_id IS NOT NULL";
+
+/* Compact JSON text of `value` (NULL or JSON null -> `fallback`). Caller frees. */
+static char *json_text(const json_t *value, const char *fallback)
+{
+    if (value == NULL || json_is_null(value))
+        return strdup(fallback);
+    return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+static const char *string_field(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+static st_err_t open_task_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                             st_errbuf_t *eb)
+{
+    const char *name = string_field(effect, "name");
+    const char *token = string_field(effect, "token");
+    if (name == NULL || token == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "open_task effect lacks name or token");
+    char id[37], deadline[32] = "";
+    st_uuid_new(id);
+    const json_t *deadline_ms = json_object_get(effect, "deadline_ms");
+    if (json_is_integer(deadline_ms))
+        snprintf(deadline, sizeof deadline, "%lld", (long long)json_integer_value(deadline_ms));
+    char *roles = json_text(json_object_get(effect, "roles"), "[]");
+    char *payload = json_text(json_object_get(effect, "payload"), "{}");
+    const char *params[] = {id, instance_id, name, roles, payload, token,
+                            deadline[0] ? deadline : NULL};
+    st_err_t err = st_pg_exec(conn, sql_task_insert, 7, params, NULL, eb);
+    if (err == ST_OK) {
+        const char *event_params[] = {id, roles};
+        char detail[600];
+        snprintf(detail, sizeof detail, "{\"roles\":%s}", strlen(roles) < 500 ? roles : "[]");
+        event_params[1] = detail;
+        err = st_pg_exec(conn, sql_task_created, 2, event_params, NULL, eb);
+    }
+    free(roles);
+    free(payload);
+    return err;
+}
+
+static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                               st_errbuf_t *eb)
+{
+    const char *definition = string_field(effect, "definition");
+    if (definition == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "start_child effect lacks a definition");
+    char version[16] = "";
+    const json_t *v = json_object_get(effect, "version");
+    if (json_is_integer(v))
+        snprintf(version, sizeof version, "%lld", (long long)json_integer_value(v));
+    const char *version_params[] = {definition, version[0] ? version : NULL};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_child_version, 2, version_params, &res, eb);
+    if (err != ST_OK)
+        return err;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return st_err_set(eb, ST_ERR_INVALID, "subworkflow definition %s%s%s is not imported",
+                          definition, version[0] ? " v" : "", version);
+    }
+    snprintf(version, sizeof version, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    char id[37];
+    st_uuid_new(id);
+    char *input = json_text(json_object_get(effect, "input"), "{}");
+    const char *params[] = {id, definition, version, string_field(effect, "business_ref"),
+                            input, instance_id, string_field(effect, "token")};
+    const char *rs_params[] = {id};
+    st_signal_t start;
+    st_signal_init(&start, ST_SIGNAL_START, id, 0);
+    err = st_pg_exec(conn, sql_child_insert, 7, params, NULL, eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_child_runtime, 1, rs_params, NULL, eb);
+    if (err == ST_OK)
+        err = st_signal_enqueue_tx(conn, &start, eb);
+    st_signal_close(&start);
+    free(input);
+    return err;
+}
+
+static st_err_t make_call_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                             st_errbuf_t *eb)
+{
+    const char *transport = string_field(effect, "transport");
+    const char *token = string_field(effect, "token");
+    const char *key = string_field(effect, "idempotency_key");
+    if (transport == NULL || token == NULL || key == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "make_call effect lacks transport, token or key");
+    char id[37], attempt[16], timeout[16];
+    st_uuid_new(id);
+    const json_t *a = json_object_get(effect, "attempt");
+    const json_t *t = json_object_get(effect, "timeout_ms");
+    snprintf(attempt, sizeof attempt, "%lld", json_is_integer(a) ? (long long)json_integer_value(a) : 1);
+    snprintf(timeout, sizeof timeout, "%lld", json_is_integer(t) ? (long long)json_integer_value(t) : 30000);
+    char *request = json_text(json_object_get(effect, "request"), "{}");
+    const char *params[] = {id, instance_id, token, transport, request, attempt, key, timeout};
+    st_err_t err = st_pg_exec(conn, sql_call_insert, 8, params, NULL, eb);
+    free(request);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, "NOTIFY " CALLS_CHANNEL, 0, NULL, NULL, eb);
+    return err;
+}
+
+static st_err_t notice_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                          st_errbuf_t *eb)
+{
+    const char *code = string_field(effect, "code");
+    const char *message = string_field(effect, "message");
+    return st_notice_add_tx(conn, code ? code : "Notice", instance_id, NULL,
+                            message ? message : "", json_object_get(effect, "detail"), eb);
+}
+
+/* A child that ended wakes its parent's wait with its outcome. */
+static st_err_t notify_parent_tx(PGconn *conn, const char *instance_id, st_run_status_t status,
+                                 const json_t *snapshot, st_errbuf_t *eb)
+{
+    const char *params[] = {instance_id};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_parent_of, 1, params, &res, eb);
+    if (err != ST_OK || PQntuples(res) == 0) {
+        PQclear(res);
+        return err;
+    }
+    st_signal_t sig;
+    st_signal_init(&sig, ST_SIGNAL_CHILD_COMPLETED, PQgetvalue(res, 0, 0), -1);
+    if (!PQgetisnull(res, 0, 1))
+        snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(res, 0, 1));
+    const json_t *output = json_object_get(snapshot, "output");
+    const json_t *error = json_object_get(snapshot, "error");
+    sig.payload = json_pack("{s:s, s:s, s:O, s:O}", "child_id", instance_id, "status",
+                            status == ST_RUN_COMPLETED ? "completed" : "failed", "output",
+                            output ? output : json_null(), "error", error ? error : json_null());
+    PQclear(res);
+    err = st_signal_enqueue_tx(conn, &sig, eb);
+    st_signal_close(&sig);
+    return err;
+}
+
+st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
+                             st_run_status_t status, const json_t *snapshot, st_errbuf_t *eb)
+{
+    size_t i;
+    json_t *effect;
+    st_err_t err = ST_OK;
+    json_array_foreach(effects, i, effect) {
+        const char *type = string_field(effect, "type");
+        if (type == NULL)
+            err = st_err_set(eb, ST_ERR_INVALID, "effect %zu has no type", i);
+        else if (strcmp(type, "open_task") == 0)
+            err = open_task_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "start_child") == 0)
+            err = start_child_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "make_call") == 0)
+            err = make_call_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "emit_notice") == 0)
+            err = notice_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "complete") == 0 || strcmp(type, "fail") == 0)
+            err = ST_OK;   /* the projection records the outcome */
+        else
+            err = st_err_set(eb, ST_ERR_INVALID, "effect type %s is not supported yet", type);
+        if (err != ST_OK)
+            return err;
+    }
+    if (status == ST_RUN_COMPLETED || status == ST_RUN_FAILED)
+        err = notify_parent_tx(conn, instance_id, status, snapshot, eb);
+    return err;
+}

@@ -1,0 +1,24 @@
+/*
+ * effects.h - turning the interpreter's effects into rows, inside the wake-up's
+ * transaction: tasks, child instances, calls, notices, and the parent's wake-up when
+ * a child ends. Nothing here does network I/O; calls are performed after commit by
+ * the dispatcher and return as signals.
+ */
+#ifndef STRAND_EXECUTOR_EFFECTS_H
+#define STRAND_EXECUTOR_EFFECTS_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "strand/engine.h"
+#include "strand/err.h"
+
+/* Applies every effect of one run for `instance_id`, then, if the run ended the
+ * instance and it has a parent, enqueues CHILD_COMPLETED to the parent. Expects the
+ * caller to hold the wake-up's transaction. `effects` and `snapshot` are borrowed.
+ * An effect of an unknown type fails with ST_ERR_INVALID (and the caller rolls back). */
+st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
+                             st_run_status_t status, const json_t *snapshot,
+                             st_errbuf_t *eb);
+
+#endif
