@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dispatcher.h"
 #include "executor.h"
 #include "strand/log.h"
 #include "strand/outbox.h"
@@ -32,9 +33,13 @@ int main(void)
     }
     st_relay_t *relay = NULL;
     st_executor_t *ex = NULL;
+    st_dispatcher_t *dispatcher = NULL;
     if (st_relay_start(&svc.cfg, &relay, &eb) != ST_OK ||
+        st_dispatcher_start(&svc, &dispatcher, &eb) != ST_OK ||
         st_executor_start(&svc, &ex, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
+        __atomic_store_n(&svc.stopping, 1, __ATOMIC_RELEASE);
+        st_dispatcher_stop(dispatcher);
         st_relay_stop(relay);
         st_service_close(&svc);
         return 1;
@@ -43,6 +48,7 @@ int main(void)
     st_log_info("executor ready", NULL);
     st_service_run(&svc);
     st_executor_stop(ex);
+    st_dispatcher_stop(dispatcher);
     st_relay_stop(relay);
     st_service_close(&svc);
     st_log_info("executor stopped", NULL);

@@ -1,0 +1,272 @@
+/* dispatcher.c - outbound HTTP calls after commit (see dispatcher.h). */
+#include "dispatcher.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/pg.h"
+#include "strand/signal.h"
+#include "strand/util.h"
+
+#define CLAIM_BATCH 16
+#define SAFETY_WAIT_MS 30000
+#define MAX_RESPONSE_BYTES (1 << 20)
+
+struct st_dispatcher {
+    st_service_t *svc;
+    pthread_t thread;
+    int stop_pipe[2];
+    PGconn *conn;
+    st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
+};
+
+static const char *const sql_calls_recover =
+    "UPDATE strand.calls SET status = 'pending', updated_at = now() WHERE status = 'sent'"
+    " AND updated_at < now() - make_interval(secs => timeout_ms / 1000.0 + 60)";
+static const char *const sql_calls_claim =
+    "UPDATE strand.calls SET status = 'sent', updated_at = now() WHERE id IN ("
+    " SELECT id FROM strand.calls WHERE status = 'pending' ORDER BY created_at"
+    " LIMIT 16 FOR UPDATE SKIP LOCKED)"   /* CLAIM_BATCH */
+    " RETURNING id, instance_id, waiting_token, transport, request::text, attempt,"
+    " idempotency_key, timeout_ms";
+static const char *const sql_call_result =
+    "UPDATE strand.calls SET status = $2, result = $3::jsonb, updated_at = now()"
+    " WHERE id = $1::uuid AND status = 'sent'";
+
+typedef struct {
+    char *data;
+    size_t len;
+} body_t;
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    body_t *b = userdata;
+    size_t n = size * nmemb;
+    if (b->len + n > MAX_RESPONSE_BYTES)
+        return 0;   /* aborts the transfer: an oversized answer is a failed call */
+    char *grown = realloc(b->data, b->len + n + 1);
+    if (grown == NULL)
+        return 0;
+    b->data = grown;
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* Performs one HTTP call; returns the result object for the CALL_RESULT payload. */
+static json_t *perform_http(const char *request_text, const char *idempotency_key,
+                            long timeout_ms)
+{
+    json_error_t jerr;
+    json_t *request = json_loads(request_text, 0, &jerr);
+    const char *url = json_string_value(json_object_get(request, "url"));
+    if (url == NULL || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
+        json_decref(request);
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "the call has no http(s) url");
+    }
+    const char *method = json_string_value(json_object_get(request, "method"));
+    json_t *body_json = json_object_get(request, "body");
+    char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    char key_header[300];
+    snprintf(key_header, sizeof key_header, "Idempotency-Key: %s", idempotency_key);
+    headers = curl_slist_append(headers, key_header);
+    const char *name;
+    json_t *value;
+    json_object_foreach(json_object_get(request, "headers"), name, value) {
+        if (!json_is_string(value) || strchr(name, '\n') || strchr(json_string_value(value), '\n'))
+            continue;
+        char line[1024];
+        snprintf(line, sizeof line, "%s: %s", name, json_string_value(value));
+        headers = curl_slist_append(headers, line);
+    }
+    body_t answer = {NULL, 0};
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method ? method : "POST");
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
+    CURLcode rc = curl_easy_perform(curl);
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    json_t *result;
+    if (rc != CURLE_OK) {
+        result = json_pack("{s:b, s:s, s:b}", "ok", 0, "error", curl_easy_strerror(rc),
+                           "timeout", rc == CURLE_OPERATION_TIMEDOUT);
+    } else {
+        json_t *parsed = answer.data ? json_loads(answer.data, JSON_DECODE_ANY, &jerr) : NULL;
+        if (parsed == NULL)
+            parsed = answer.data ? json_string(answer.data) : json_null();
+        if (parsed == NULL)   /* not UTF-8 */
+            parsed = json_null();
+        result = json_pack("{s:b, s:i, s:o}", "ok", status >= 200 && status < 300, "status",
+                           (int)status, "body", parsed);
+    }
+    free(answer.data);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    free(body);
+    json_decref(request);
+    return result;
+}
+
+/* Records the result and enqueues CALL_RESULT in one transaction. */
+static st_err_t report_tx(PGconn *conn, PGresult *calls, int row, json_t *result,
+                          st_errbuf_t *eb)
+{
+    int ok = json_is_true(json_object_get(result, "ok"));
+    char *result_text = json_dumps(result, JSON_COMPACT);
+    const char *params[] = {PQgetvalue(calls, row, 0), ok ? "succeeded" : "failed", result_text};
+    st_signal_t sig;
+    st_signal_init(&sig, ST_SIGNAL_CALL_RESULT, PQgetvalue(calls, row, 1), -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(calls, row, 2));
+    sig.payload = json_pack("{s:s, s:i, s:O}", "call_id", PQgetvalue(calls, row, 0), "attempt",
+                            atoi(PQgetvalue(calls, row, 5)), "result", result);
+    st_err_t err = st_pg_begin(conn, eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_call_result, 3, params, NULL, eb);
+    if (err == ST_OK)
+        err = st_signal_enqueue_tx(conn, &sig, eb);
+    if (err == ST_OK)
+        err = st_pg_commit(conn, eb);
+    if (err != ST_OK)
+        st_pg_rollback(conn);
+    st_signal_close(&sig);
+    free(result_text);
+    return err;
+}
+
+static int dispatcher_stopping(const st_dispatcher_t *d)
+{
+    return st_service_stopping(d->svc);
+}
+
+/* Claims a batch and performs it. Returns rows claimed, -1 on a database error. */
+static int dispatch_batch(st_dispatcher_t *d)
+{
+    st_errbuf_t eb;
+    PGresult *calls = NULL;
+    if (st_pg_exec(d->conn, sql_calls_claim, 0, NULL, &calls, &eb) != ST_OK) {
+        st_log_warn("could not claim calls", "%s", eb.msg);
+        return -1;
+    }
+    int n = PQntuples(calls);
+    for (int i = 0; i < n; i++) {
+        double started = st_mono_s();
+        json_t *result;
+        const char *transport = PQgetvalue(calls, i, 3);
+        if (strcmp(transport, "http") == 0)
+            result = perform_http(PQgetvalue(calls, i, 4), PQgetvalue(calls, i, 6),
+                                  atol(PQgetvalue(calls, i, 7)));
+        else
+            result = json_pack("{s:b, s:s}", "ok", 0, "error", "unsupported call transport");
+        st_metric_observe(d->m_duration, st_mono_s() - started);
+        st_metric_inc(json_is_true(json_object_get(result, "ok")) ? d->m_calls_ok
+                                                                   : d->m_calls_failed);
+        /* The result must reach the database; a crash before this line makes the
+         * recovery sweep send the call again with the same idempotency key. */
+        while (report_tx(d->conn, calls, i, result, &eb) != ST_OK && !dispatcher_stopping(d)) {
+            st_log_warn("could not record a call result, retrying", "%s", eb.msg);
+            poll(NULL, 0, 500);
+            st_pg_ensure(d->conn);
+        }
+        json_decref(result);
+    }
+    PQclear(calls);
+    return n;
+}
+
+static void *dispatcher_main(void *arg)
+{
+    st_dispatcher_t *d = arg;
+    int recovered = 0;
+    while (!dispatcher_stopping(d)) {
+        st_errbuf_t eb;
+        if (d->conn == NULL || PQstatus(d->conn) != CONNECTION_OK) {
+            if (d->conn != NULL)
+                PQfinish(d->conn);
+            d->conn = NULL;
+            if (st_pg_connect(d->svc->cfg.pg_dsn, "strand-dispatcher", &d->conn, &eb) != ST_OK ||
+                st_pg_exec(d->conn, "LISTEN strand_calls", 0, NULL, NULL, &eb) != ST_OK) {
+                st_log_warn("dispatcher could not connect to PostgreSQL", "%s", eb.msg);
+                struct pollfd p = {.fd = d->stop_pipe[0], .events = POLLIN};
+                poll(&p, 1, 1000);
+                continue;
+            }
+        }
+        if (!recovered) {
+            if (st_pg_exec(d->conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK)
+                continue;
+            recovered = 1;
+        }
+        int n;
+        while ((n = dispatch_batch(d)) == CLAIM_BATCH && !dispatcher_stopping(d))
+            ;
+        if (n < 0)
+            continue;
+        PQconsumeInput(d->conn);
+        PGnotify *note = PQnotifies(d->conn);
+        if (note != NULL) {   /* arrived while we worked: go again */
+            do
+                PQfreemem(note);
+            while ((note = PQnotifies(d->conn)) != NULL);
+            continue;
+        }
+        struct pollfd pfd[2] = {{.fd = PQsocket(d->conn), .events = POLLIN},
+                                {.fd = d->stop_pipe[0], .events = POLLIN}};
+        poll(pfd, 2, SAFETY_WAIT_MS);
+        PQconsumeInput(d->conn);
+        while ((note = PQnotifies(d->conn)) != NULL)
+            PQfreemem(note);
+    }
+    if (d->conn != NULL)
+        PQfinish(d->conn);
+    return NULL;
+}
+
+st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf_t *eb)
+{
+    st_dispatcher_t *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the dispatcher");
+    d->svc = svc;
+    d->m_calls_ok = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
+                                       "outcome=\"ok\"");
+    d->m_calls_failed = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
+                                           "outcome=\"failed\"");
+    d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
+                                         "Duration of outbound calls", NULL);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (pipe(d->stop_pipe) != 0 || pthread_create(&d->thread, NULL, dispatcher_main, d) != 0) {
+        free(d);
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the call dispatcher");
+    }
+    *out = d;
+    return ST_OK;
+}
+
+void st_dispatcher_stop(st_dispatcher_t *d)
+{
+    if (d == NULL)
+        return;
+    ssize_t ignored = write(d->stop_pipe[1], "x", 1);
+    (void)ignored;
+    pthread_join(d->thread, NULL);
+    close(d->stop_pipe[0]);
+    close(d->stop_pipe[1]);
+    curl_global_cleanup();
+    free(d);
+}
