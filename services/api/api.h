@@ -1,29 +1,88 @@
 /*
- * api.h - the HTTP API's handlers (definitions.c, instances.c), registered by main.c.
+ * api.h - the API service's commands and HTTP handlers.
  *
- * Handlers run on the event-loop thread with the service's one PostgreSQL connection;
- * each request that writes does so in one transaction, with its messages in the
- * outbox. Handlers never run workflow steps.
+ * A command (st_cmd_*) is one validated, transactional operation that writes state and
+ * outbox rows in one PostgreSQL transaction; it is shared by the HTTP routes and the
+ * Kafka ingress topic, so both paths validate and behave identically. Commands answer
+ * with an st_answer_t: an HTTP-style status and a JSON body (a problem for >= 400).
+ * Read-only routes (get, list) are plain HTTP handlers. Nothing here runs a step.
  */
 #ifndef STRAND_API_H
 #define STRAND_API_H
 
+#include <jansson.h>
 #include <libpq-fe.h>
 
 #include "strand/err.h"
 #include "strand/http.h"
 #include "strand/service.h"
 
+typedef struct st_api st_api_t;
+
+/* ---- answers ---------------------------------------------------------------------- */
+
 typedef struct {
+    int status;        /* 0 until set */
+    json_t *body;      /* owned */
+} st_answer_t;
+
+/* Sets the answer; steals `body`. */
+void st_answer_set(st_answer_t *a, int status, json_t *body);
+/* Sets a problem answer {status, code, message, field?}; `extra` (may be NULL) is
+ * merged into the body and stolen. */
+void st_answer_problem(st_answer_t *a, int status, const char *code, const char *message,
+                       const char *field, json_t *extra);
+/* Sets the answer for a failed database path: 503 for retryable errors, else 500. */
+void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb);
+/* Releases the body. */
+void st_answer_close(st_answer_t *a);
+
+/* ---- commands (api_commands: instances.c, signals.c, tasks.c) ---------------------- */
+
+/* Every command: `id` is the path id (instance or task; NULL where none), `args` the
+ * request object (borrowed). Expects no transaction open on `conn`. */
+typedef void (*st_cmd_fn)(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+
+void st_cmd_start(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_signal(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_signal_correlated(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_cancel(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_terminate(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_task_assign(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_task_release(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_task_complete(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+
+/* ---- HTTP (main.c) ------------------------------------------------------------------ */
+
+#define ST_API_MAX_COMMAND_ROUTES 16
+
+/* A POST route bound to a command. */
+typedef struct {
+    st_api_t *api;
+    st_cmd_fn cmd;
+} st_command_route_t;
+
+struct st_api {
     st_service_t *svc;
-    PGconn *conn;      /* owned; reconnected on demand */
-} st_api_t;
+    PGconn *conn;      /* the HTTP thread's connection; owned; reconnected on demand */
+    st_command_route_t routes[ST_API_MAX_COMMAND_ROUTES];
+    int nroutes;
+};
 
-/* Returns the live connection, reconnecting if needed, or NULL after answering 503. */
-PGconn *st_api_conn(st_api_t *api, st_http_req_t *req);
+/* Returns the HTTP thread's live connection, reconnecting if needed; on failure sets a
+ * 503 answer and returns NULL. */
+PGconn *st_api_conn(st_api_t *api, st_answer_t *out);
 
-/* Answers a st_err_t from a database path as a problem (503 for retryable ones). */
+/* Sends the answer (problem+json for >= 400) and releases it. */
+void st_api_reply(st_http_req_t *req, st_answer_t *a);
+
+/* For read-only HTTP handlers: st_api_conn() that answers the 503 itself. */
+PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req);
+/* For read-only HTTP handlers: st_answer_error() sent at once. */
 void st_api_reply_error(st_http_req_t *req, st_err_t err, const st_errbuf_t *eb);
+
+/* Registers a POST route that runs `cmd` with the JSON body and the {id} parameter. */
+void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd);
 
 void st_api_definitions_register(st_api_t *api);
 void st_api_instances_register(st_api_t *api);

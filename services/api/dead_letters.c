@@ -74,7 +74,7 @@ static void handle_list(st_http_req_t *req, void *ctx)
     }
     if (cursor != NULL && !parse_id(req, cursor))
         return;
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
     char limit_param[16];
@@ -104,7 +104,7 @@ static void handle_get(st_http_req_t *req, void *ctx)
     const char *id = st_http_param(req, "id");
     if (!parse_id(req, id))
         return;
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
     const char *params[] = {id};
@@ -141,7 +141,7 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
     const char *id = st_http_param(req, "id");
     if (!parse_id(req, id))
         return;
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
     const char *params[] = {id, status};

@@ -77,7 +77,7 @@ static void handle_import(st_http_req_t *req, void *ctx)
     const char *params[] = {st_defn_name(defn), version, st_defn_kind(defn), source, canonical};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     st_err_t err = conn ? st_pg_exec(conn, sql_definition_insert, 5, params, &res, &eb)
                         : ST_ERR_DB;
     if (conn == NULL) {
@@ -118,7 +118,7 @@ static void handle_import(st_http_req_t *req, void *ctx)
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
     st_errbuf_t eb;
@@ -148,7 +148,7 @@ static void handle_get(st_http_req_t *req, void *ctx)
                               "/version", NULL);
         return;
     }
-    PGconn *conn = st_api_conn(api, req);
+    PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
     const char *params[] = {st_http_param(req, "name"), version};

@@ -64,19 +64,20 @@ static void set_text_column(json_t *obj, const char *key, PGresult *res, int row
                                       : json_string(PQgetvalue(res, row, col)));
 }
 
-static void reply_instance(st_http_req_t *req, PGconn *conn, const char *id, int status)
+/* Answers with the instance's current view, or 404. */
+static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int status)
 {
     const char *params[] = {id};
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, &eb);
     if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(out, err, &eb);
         return;
     }
     if (PQntuples(res) == 0) {
         PQclear(res);
-        st_http_reply_problem(req, 404, "instance_not_found", "no such instance", NULL, NULL);
+        st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
         return;
     }
     json_t *body = json_object();
@@ -102,26 +103,26 @@ static void reply_instance(st_http_req_t *req, PGconn *conn, const char *id, int
     }
     json_object_set_new(body, "waiting", waiting);
     PQclear(res);
-    st_http_reply_json(req, status, body);
+    st_answer_set(out, status, body);
 }
 
 static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *id = st_http_param(req, "id");
-    if (!st_uuid_valid(id)) {
-        st_http_reply_problem(req, 400, "invalid_id", "the instance id must be a UUID", "/id",
-                              NULL);
-        return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn != NULL)
-        reply_instance(req, conn, id, 200);
+    st_answer_t answer = {0};
+    PGconn *conn;
+    if (!st_uuid_valid(id))
+        st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id",
+                          NULL);
+    else if ((conn = st_api_conn(api, &answer)) != NULL)
+        answer_instance(&answer, conn, id, 200);
+    st_api_reply(req, &answer);
 }
 
 /* Validates the start request; answers 400 and returns 0 on bad input. */
-static int parse_start(st_http_req_t *req, json_t *body, const char **definition,
-                       char *version, size_t version_len, json_t **input,
+static int parse_start(st_answer_t *out, const json_t *body, const char **definition,
+                       char *version, size_t version_len, const json_t **input,
                        const char **business_ref, const char **request_id)
 {
     json_t *def = json_object_get(body, "definition");
@@ -145,7 +146,7 @@ static int parse_start(st_http_req_t *req, json_t *body, const char **definition
               json_string_length(rid) > MAX_REF_LEN))
         field = "/request_id", message = "request_id must be a non-empty string of at most 256 characters";
     if (field != NULL) {
-        st_http_reply_problem(req, 400, "invalid_field", message, field, NULL);
+        st_answer_problem(out, 400, "invalid_field", message, field, NULL);
         return 0;
     }
     *definition = json_string_value(def);
@@ -158,32 +159,20 @@ static int parse_start(st_http_req_t *req, json_t *body, const char **definition
     return 1;
 }
 
-static void handle_start(st_http_req_t *req, void *ctx)
+void st_cmd_start(PGconn *conn, const char *unused_id, const json_t *args, st_answer_t *out)
 {
-    st_api_t *api = ctx;
-    json_t *body = st_http_body_object(req);
-    if (body == NULL)
-        return;
     const char *definition, *business_ref, *request_id;
     char version[24];
-    json_t *input;
-    if (!parse_start(req, body, &definition, version, sizeof version, &input, &business_ref,
-                     &request_id)) {
-        json_decref(body);
+    const json_t *input;
+    if (!parse_start(out, args, &definition, version, sizeof version, &input, &business_ref,
+                     &request_id))
         return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL) {
-        json_decref(body);
-        return;
-    }
     st_errbuf_t eb;
     PGresult *res = NULL;
     char id[37], pinned[16] = "";
     st_uuid_new(id);
     char *input_text = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
     st_signal_t start = {0};
-    int replied = 0;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err != ST_OK)
         goto done;
@@ -191,9 +180,8 @@ static void handle_start(st_http_req_t *req, void *ctx)
     if ((err = st_pg_exec(conn, sql_definition_latest, 2, def_params, &res, &eb)) != ST_OK)
         goto done;
     if (PQntuples(res) == 0) {
-        st_http_reply_problem(req, 404, "definition_not_found",
-                              "no such definition (or version) is imported", "/definition", NULL);
-        replied = 1;
+        st_answer_problem(out, 404, "definition_not_found",
+                          "no such definition (or version) is imported", "/definition", NULL);
         goto done;
     }
     snprintf(pinned, sizeof pinned, "%s", PQgetvalue(res, 0, 0));
@@ -211,8 +199,7 @@ static void handle_start(st_http_req_t *req, void *ctx)
                 goto done;
             snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
             st_pg_rollback(conn);
-            reply_instance(req, conn, id, 200);
-            replied = 1;
+            answer_instance(out, conn, id, 200);
             goto done;
         }
         PQclear(res);
@@ -226,17 +213,15 @@ static void handle_start(st_http_req_t *req, void *ctx)
         (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
         (err = st_pg_commit(conn, &eb)) != ST_OK)
         goto done;
-    reply_instance(req, conn, id, 201);
-    replied = 1;
+    answer_instance(out, conn, id, 201);
 
 done:
-    if (!replied)
-        st_api_reply_error(req, err, &eb);
+    if (out->status == 0)
+        st_answer_error(out, err, &eb);
     st_pg_rollback(conn);
     PQclear(res);
     st_signal_close(&start);
     free(input_text);
-    json_decref(body);
 }
 
 static void handle_list(st_http_req_t *req, void *ctx)
@@ -244,9 +229,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
     st_api_t *api = ctx;
     const char *limit_text = st_http_query(req, "limit");
     int limit = limit_text ? atoi(limit_text) : 50;
+    st_answer_t answer = {0};
     if (limit <= 0 || limit > MAX_PAGE) {
-        st_http_reply_problem(req, 400, "invalid_limit", "limit must be from 1 to 500",
-                              "/limit", NULL);
+        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 500",
+                          "/limit", NULL);
+        st_api_reply(req, &answer);
         return;
     }
     /* cursor = "<created_at in microseconds>_<id>" of the last item of the previous page */
@@ -255,16 +242,19 @@ static void handle_list(st_http_req_t *req, void *ctx)
     if (cursor != NULL) {
         const char *sep = strchr(cursor, '_');
         if (sep == NULL || sep - cursor >= (long)sizeof cursor_ts || !st_uuid_valid(sep + 1)) {
-            st_http_reply_problem(req, 400, "invalid_cursor", "cursor is not one this API issued",
-                                  "/cursor", NULL);
+            st_answer_problem(&answer, 400, "invalid_cursor", "cursor is not one this API issued",
+                              "/cursor", NULL);
+            st_api_reply(req, &answer);
             return;
         }
         memcpy(cursor_ts, cursor, (size_t)(sep - cursor));
         snprintf(cursor_id, sizeof cursor_id, "%s", sep + 1);
     }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL)
+    PGconn *conn = st_api_conn(api, &answer);
+    if (conn == NULL) {
+        st_api_reply(req, &answer);
         return;
+    }
     char limit_param[16];
     snprintf(limit_param, sizeof limit_param, "%d", limit);
     const char *params[] = {st_http_query(req, "definition"), st_http_query(req, "status"),
@@ -274,7 +264,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_instance_list, 6, params, &res, &eb);
     if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(&answer, err, &eb);
+        st_api_reply(req, &answer);
         return;
     }
     json_t *items = json_array();
@@ -305,7 +296,7 @@ static void handle_list(st_http_req_t *req, void *ctx)
 
 void st_api_instances_register(st_api_t *api)
 {
-    st_http_route(api->svc->http, "POST", "/v1/instances", handle_start, api);
+    st_api_route_command(api, "/v1/instances", st_cmd_start);
     st_http_route(api->svc->http, "GET", "/v1/instances", handle_list, api);
     st_http_route(api->svc->http, "GET", "/v1/instances/{id}", handle_get, api);
 }

@@ -9,7 +9,46 @@
 #include "strand/outbox.h"
 #include "strand/pg.h"
 
-PGconn *st_api_conn(st_api_t *api, st_http_req_t *req)
+void st_answer_set(st_answer_t *a, int status, json_t *body)
+{
+    json_decref(a->body);
+    a->status = status;
+    a->body = body;
+}
+
+void st_answer_problem(st_answer_t *a, int status, const char *code, const char *message,
+                       const char *field, json_t *extra)
+{
+    json_t *body = json_pack("{s:i, s:s, s:s}", "status", status, "code", code, "message",
+                             message);
+    if (field != NULL)
+        json_object_set_new(body, "field", json_string(field));
+    if (extra != NULL) {
+        json_object_update(body, extra);
+        json_decref(extra);
+    }
+    st_answer_set(a, status, body);
+}
+
+void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb)
+{
+    if (st_err_retryable(err)) {
+        st_log_warn("request failed on a transient error", "%s: %s", st_err_name(err), eb->msg);
+        st_answer_problem(a, 503, "unavailable", "a dependency is unavailable; retry later",
+                          NULL, NULL);
+    } else {
+        st_log_error("request failed", "%s: %s", st_err_name(err), eb->msg);
+        st_answer_problem(a, 500, "internal", "internal error", NULL, NULL);
+    }
+}
+
+void st_answer_close(st_answer_t *a)
+{
+    json_decref(a->body);
+    a->body = NULL;
+}
+
+PGconn *st_api_conn(st_api_t *api, st_answer_t *out)
 {
     if (api->conn != NULL && st_pg_ensure(api->conn))
         return api->conn;
@@ -19,23 +58,71 @@ PGconn *st_api_conn(st_api_t *api, st_http_req_t *req)
     st_errbuf_t eb;
     if (st_pg_connect(api->svc->cfg.pg_dsn, "strand-api", &api->conn, &eb) != ST_OK) {
         st_log_warn("api could not connect to PostgreSQL", "%s", eb.msg);
-        st_http_reply_problem(req, 503, "database_unavailable",
-                              "the database is unavailable; retry later", NULL, NULL);
+        st_answer_problem(out, 503, "database_unavailable",
+                          "the database is unavailable; retry later", NULL, NULL);
         return NULL;
     }
     return api->conn;
 }
 
+void st_api_reply(st_http_req_t *req, st_answer_t *a)
+{
+    if (a->status == 0) {
+        st_log_error("a command returned without an answer", NULL);
+        st_answer_problem(a, 500, "internal", "internal error", NULL, NULL);
+    }
+    if (a->status >= 400) {
+        /* st_http_reply_problem builds the same shape; pass the body through. */
+        json_t *body = a->body;
+        a->body = NULL;
+        st_http_reply_problem(req, a->status,
+                              json_string_value(json_object_get(body, "code")),
+                              json_string_value(json_object_get(body, "message")),
+                              json_string_value(json_object_get(body, "field")), body);
+        return;
+    }
+    st_http_reply_json(req, a->status, a->body);
+    a->body = NULL;
+}
+
+PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req)
+{
+    st_answer_t answer = {0};
+    PGconn *conn = st_api_conn(api, &answer);
+    if (conn == NULL)
+        st_api_reply(req, &answer);
+    return conn;
+}
+
 void st_api_reply_error(st_http_req_t *req, st_err_t err, const st_errbuf_t *eb)
 {
-    if (st_err_retryable(err)) {
-        st_log_warn("request failed on a transient error", "%s: %s", st_err_name(err), eb->msg);
-        st_http_reply_problem(req, 503, "unavailable", "a dependency is unavailable; retry later",
-                              NULL, NULL);
-    } else {
-        st_log_error("request failed", "%s: %s", st_err_name(err), eb->msg);
-        st_http_reply_problem(req, 500, "internal", "internal error", NULL, NULL);
-    }
+    st_answer_t answer = {0};
+    st_answer_error(&answer, err, eb);
+    st_api_reply(req, &answer);
+}
+
+static void handle_command(st_http_req_t *req, void *ctx)
+{
+    st_command_route_t *route = ctx;
+    json_t *args = st_http_body_object(req);
+    if (args == NULL)
+        return;
+    st_answer_t answer = {0};
+    PGconn *conn = st_api_conn(route->api, &answer);
+    if (conn != NULL)
+        route->cmd(conn, st_http_param(req, "id"), args, &answer);
+    st_api_reply(req, &answer);
+    json_decref(args);
+}
+
+void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd)
+{
+    if (api->nroutes == ST_API_MAX_COMMAND_ROUTES)
+        abort();   /* a programming error: raise ST_API_MAX_COMMAND_ROUTES */
+    st_command_route_t *route = &api->routes[api->nroutes++];
+    route->api = api;
+    route->cmd = cmd;
+    st_http_route(api->svc->http, "POST", pattern, handle_command, route);
 }
 
 static int pg_ready(void *ctx)

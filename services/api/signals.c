@@ -37,8 +37,8 @@ static int is_ended(const char *status)
 
 /* Enqueues `sig` in one transaction, with an optional idempotency key in `scope`.
  * Answers 202 (or 200 for a repeated request_id) or an error. */
-static void enqueue_and_reply(st_api_t *api, st_http_req_t *req, PGconn *conn,
-                              st_signal_t *sig, const char *scope, const char *request_id)
+static void enqueue(PGconn *conn, st_signal_t *sig, const char *scope, const char *request_id,
+                    st_answer_t *out)
 {
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
@@ -50,8 +50,8 @@ static void enqueue_and_reply(st_api_t *api, st_http_req_t *req, PGconn *conn,
         PQclear(res);
         if (err == ST_OK && !fresh) {
             st_pg_rollback(conn);
-            st_http_reply_json(req, 200, json_pack("{s:s, s:b}", "instance_id",
-                                                   sig->instance_id, "duplicate", 1));
+            st_answer_set(out, 200, json_pack("{s:s, s:b}", "instance_id", sig->instance_id,
+                                              "duplicate", 1));
             return;
         }
     }
@@ -61,38 +61,38 @@ static void enqueue_and_reply(st_api_t *api, st_http_req_t *req, PGconn *conn,
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {
         st_pg_rollback(conn);
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(out, err, &eb);
         return;
     }
-    st_http_reply_json(req, 202, json_pack("{s:s, s:s, s:s}", "signal_id", sig->signal_id,
-                                           "instance_id", sig->instance_id, "type",
-                                           st_signal_type_name(sig->type)));
+    st_answer_set(out, 202, json_pack("{s:s, s:s, s:s}", "signal_id", sig->signal_id,
+                                      "instance_id", sig->instance_id, "type",
+                                      st_signal_type_name(sig->type)));
 }
 
 /* Reads {name, payload, request_id}; answers 400 and returns 0 on bad input. */
-static int parse_signal_body(st_http_req_t *req, json_t *body, int need_name,
-                             const char **name, json_t **payload, const char **request_id)
+static int parse_signal_args(const json_t *args, int need_name, const char **name,
+                             json_t **payload, const char **request_id, st_answer_t *out)
 {
-    json_t *n = json_object_get(body, "name");
-    json_t *p = json_object_get(body, "payload");
-    json_t *rid = json_object_get(body, "request_id");
+    json_t *n = json_object_get(args, "name");
+    json_t *p = json_object_get(args, "payload");
+    json_t *rid = json_object_get(args, "request_id");
     if (need_name && (!json_is_string(n) || json_string_length(n) == 0 ||
                       json_string_length(n) > MAX_NAME_LEN)) {
-        st_http_reply_problem(req, 400, "invalid_field",
-                              "name must be a non-empty string of at most 120 characters",
-                              "/name", NULL);
+        st_answer_problem(out, 400, "invalid_field",
+                          "name must be a non-empty string of at most 120 characters", "/name",
+                          NULL);
         return 0;
     }
     if (p != NULL && !json_is_null(p) && !json_is_object(p)) {
-        st_http_reply_problem(req, 400, "invalid_field", "payload must be a JSON object",
-                              "/payload", NULL);
+        st_answer_problem(out, 400, "invalid_field", "payload must be a JSON object", "/payload",
+                          NULL);
         return 0;
     }
     if (rid != NULL && !json_is_null(rid) &&
         (!json_is_string(rid) || json_string_length(rid) == 0 || json_string_length(rid) > 256)) {
-        st_http_reply_problem(req, 400, "invalid_field",
-                              "request_id must be a non-empty string of at most 256 characters",
-                              "/request_id", NULL);
+        st_answer_problem(out, 400, "invalid_field",
+                          "request_id must be a non-empty string of at most 256 characters",
+                          "/request_id", NULL);
         return 0;
     }
     *name = json_string_value(n);
@@ -102,109 +102,86 @@ static int parse_signal_body(st_http_req_t *req, json_t *body, int need_name,
 }
 
 /* Checks the instance exists and has not ended; answers 404/409 otherwise. */
-static int instance_open(st_http_req_t *req, PGconn *conn, const char *id)
+static int instance_open(PGconn *conn, const char *id, st_answer_t *out)
 {
     const char *params[] = {id};
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_instance_status, 1, params, &res, &eb);
     if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(out, err, &eb);
         return 0;
     }
     int ok = 0;
     if (PQntuples(res) == 0)
-        st_http_reply_problem(req, 404, "instance_not_found", "no such instance", NULL, NULL);
+        st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
     else if (is_ended(PQgetvalue(res, 0, 0)))
-        st_http_reply_problem(req, 409, "instance_ended", "the instance has already ended", NULL,
-                              NULL);
+        st_answer_problem(out, 409, "instance_ended", "the instance has already ended", NULL,
+                          NULL);
     else
         ok = 1;
     PQclear(res);
     return ok;
 }
 
-/* POST /v1/instances/{id}/signals and the control routes share this. */
-static void raise_on_instance(st_api_t *api, st_http_req_t *req, st_signal_type_t type)
+/* The signal, cancel and terminate commands share this. */
+static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
+                              st_signal_type_t type, st_answer_t *out)
 {
-    const char *id = st_http_param(req, "id");
     if (!st_uuid_valid(id)) {
-        st_http_reply_problem(req, 400, "invalid_id", "the instance id must be a UUID", "/id",
-                              NULL);
+        st_answer_problem(out, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
         return;
     }
-    json_t *body = st_http_body_object(req);
-    if (body == NULL)
-        return;
     const char *name = NULL, *request_id = NULL;
     json_t *payload = NULL;
-    if (!parse_signal_body(req, body, type == ST_SIGNAL_EXTERNAL, &name, &payload, &request_id)) {
-        json_decref(body);
+    if (!parse_signal_args(args, type == ST_SIGNAL_EXTERNAL, &name, &payload, &request_id, out) ||
+        !instance_open(conn, id, out))
         return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL || !instance_open(req, conn, id)) {
-        json_decref(body);
-        return;
-    }
     st_signal_t sig;
     st_signal_init(&sig, type, id, -1);
     if (name != NULL)
         snprintf(sig.name, sizeof sig.name, "%s", name);
-    sig.payload = payload ? json_incref(payload) : json_object();
-    json_t *reason = json_object_get(body, "reason");
+    sig.payload = payload ? json_deep_copy(payload) : json_object();
+    json_t *reason = json_object_get(args, "reason");
     if (json_is_string(reason))
         json_object_set(sig.payload, "reason", reason);
-    enqueue_and_reply(api, req, conn, &sig, "signal", request_id);
+    enqueue(conn, &sig, "signal", request_id, out);
     st_signal_close(&sig);
-    json_decref(body);
 }
 
-static void handle_signal(st_http_req_t *req, void *ctx)
+void st_cmd_signal(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
 {
-    raise_on_instance(ctx, req, ST_SIGNAL_EXTERNAL);
+    raise_on_instance(conn, id, args, ST_SIGNAL_EXTERNAL, out);
 }
 
-static void handle_cancel(st_http_req_t *req, void *ctx)
+void st_cmd_cancel(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
 {
-    raise_on_instance(ctx, req, ST_SIGNAL_CANCEL);
+    raise_on_instance(conn, id, args, ST_SIGNAL_CANCEL, out);
 }
 
-static void handle_terminate(st_http_req_t *req, void *ctx)
+void st_cmd_terminate(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
 {
-    raise_on_instance(ctx, req, ST_SIGNAL_TERMINATE);
+    raise_on_instance(conn, id, args, ST_SIGNAL_TERMINATE, out);
 }
 
-/* POST /v1/signals: {business_ref, definition?, name, payload?, request_id?} */
-static void handle_correlated(st_http_req_t *req, void *ctx)
+/* {business_ref, definition?, name, payload?, request_id?} */
+void st_cmd_signal_correlated(PGconn *conn, const char *unused_id, const json_t *args,
+                              st_answer_t *out)
 {
-    st_api_t *api = ctx;
-    json_t *body = st_http_body_object(req);
-    if (body == NULL)
-        return;
     const char *name = NULL, *request_id = NULL;
     json_t *payload = NULL;
-    json_t *ref = json_object_get(body, "business_ref");
-    json_t *def = json_object_get(body, "definition");
-    if (!parse_signal_body(req, body, 1, &name, &payload, &request_id)) {
-        json_decref(body);
+    json_t *ref = json_object_get(args, "business_ref");
+    json_t *def = json_object_get(args, "definition");
+    if (!parse_signal_args(args, 1, &name, &payload, &request_id, out))
         return;
-    }
     if (!json_is_string(ref) || json_string_length(ref) == 0) {
-        st_http_reply_problem(req, 400, "invalid_field", "business_ref must be a non-empty string",
-                              "/business_ref", NULL);
-        json_decref(body);
+        st_answer_problem(out, 400, "invalid_field", "business_ref must be a non-empty string",
+                          "/business_ref", NULL);
         return;
     }
     if (def != NULL && !json_is_null(def) && !json_is_string(def)) {
-        st_http_reply_problem(req, 400, "invalid_field", "definition must be a string",
-                              "/definition", NULL);
-        json_decref(body);
-        return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL) {
-        json_decref(body);
+        st_answer_problem(out, 400, "invalid_field", "definition must be a string",
+                          "/definition", NULL);
         return;
     }
     const char *params[] = {json_string_value(ref), json_string_value(def)};
@@ -212,30 +189,29 @@ static void handle_correlated(st_http_req_t *req, void *ctx)
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_instances_by_ref, 2, params, &res, &eb);
     if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(out, err, &eb);
     } else if (PQntuples(res) == 0) {
-        st_http_reply_problem(req, 404, "instance_not_found",
-                              "no running instance has this business_ref", "/business_ref", NULL);
+        st_answer_problem(out, 404, "instance_not_found",
+                          "no running instance has this business_ref", "/business_ref", NULL);
     } else if (PQntuples(res) > 1) {
-        st_http_reply_problem(req, 409, "ambiguous_correlation",
-                              "several running instances have this business_ref; name the definition",
-                              "/definition", NULL);
+        st_answer_problem(out, 409, "ambiguous_correlation",
+                          "several running instances have this business_ref; name the definition",
+                          "/definition", NULL);
     } else {
         st_signal_t sig;
         st_signal_init(&sig, ST_SIGNAL_EXTERNAL, PQgetvalue(res, 0, 0), -1);
         snprintf(sig.name, sizeof sig.name, "%s", name);
-        sig.payload = payload ? json_incref(payload) : json_object();
-        enqueue_and_reply(api, req, conn, &sig, "signal", request_id);
+        sig.payload = payload ? json_deep_copy(payload) : json_object();
+        enqueue(conn, &sig, "signal", request_id, out);
         st_signal_close(&sig);
     }
     PQclear(res);
-    json_decref(body);
 }
 
 void st_api_signals_register(st_api_t *api)
 {
-    st_http_route(api->svc->http, "POST", "/v1/instances/{id}/signals", handle_signal, api);
-    st_http_route(api->svc->http, "POST", "/v1/instances/{id}/cancel", handle_cancel, api);
-    st_http_route(api->svc->http, "POST", "/v1/instances/{id}/terminate", handle_terminate, api);
-    st_http_route(api->svc->http, "POST", "/v1/signals", handle_correlated, api);
+    st_api_route_command(api, "/v1/instances/{id}/signals", st_cmd_signal);
+    st_api_route_command(api, "/v1/instances/{id}/cancel", st_cmd_cancel);
+    st_api_route_command(api, "/v1/instances/{id}/terminate", st_cmd_terminate);
+    st_api_route_command(api, "/v1/signals", st_cmd_signal_correlated);
 }

@@ -74,24 +74,24 @@ static void handle_list(st_http_req_t *req, void *ctx)
     const char *instance = st_http_query(req, "instance_id");
     const char *cursor = st_http_query(req, "cursor");
     const char *status = st_http_query(req, "status");
-    if (limit <= 0 || limit > 500) {
-        st_http_reply_problem(req, 400, "invalid_limit", "limit must be from 1 to 500", "/limit", NULL);
+    st_answer_t answer = {0};
+    PGconn *conn = NULL;
+    if (limit <= 0 || limit > 500)
+        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 500", "/limit",
+                          NULL);
+    else if ((instance && !st_uuid_valid(instance)) || (cursor && !st_uuid_valid(cursor)))
+        st_answer_problem(&answer, 400, "invalid_id", "instance_id and cursor must be UUIDs",
+                          instance && !st_uuid_valid(instance) ? "/instance_id" : "/cursor", NULL);
+    else if (status && strcmp(status, "open") && strcmp(status, "assigned") &&
+             strcmp(status, "completed") && strcmp(status, "cancelled"))
+        st_answer_problem(&answer, 400, "invalid_status",
+                          "status must be open, assigned, completed or cancelled", "/status", NULL);
+    else
+        conn = st_api_conn(api, &answer);
+    if (conn == NULL) {
+        st_api_reply(req, &answer);
         return;
     }
-    if ((instance && !st_uuid_valid(instance)) || (cursor && !st_uuid_valid(cursor))) {
-        st_http_reply_problem(req, 400, "invalid_id", "instance_id and cursor must be UUIDs",
-                              instance && !st_uuid_valid(instance) ? "/instance_id" : "/cursor", NULL);
-        return;
-    }
-    if (status && strcmp(status, "open") && strcmp(status, "assigned") &&
-        strcmp(status, "completed") && strcmp(status, "cancelled")) {
-        st_http_reply_problem(req, 400, "invalid_status",
-                              "status must be open, assigned, completed or cancelled", "/status", NULL);
-        return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL)
-        return;
     char limit_param[16];
     snprintf(limit_param, sizeof limit_param, "%d", limit);
     const char *params[] = {st_http_query(req, "role"), st_http_query(req, "assignee"), status,
@@ -100,7 +100,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_task_list, 6, params, &res, &eb);
     if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
+        st_answer_error(&answer, err, &eb);
+        st_api_reply(req, &answer);
         return;
     }
     json_t *items = json_array();
@@ -118,24 +119,27 @@ static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *id = st_http_param(req, "id");
-    if (!st_uuid_valid(id)) {
-        st_http_reply_problem(req, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
+    st_answer_t answer = {0};
+    PGconn *conn = NULL;
+    if (!st_uuid_valid(id))
+        st_answer_problem(&answer, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
+    else
+        conn = st_api_conn(api, &answer);
+    if (conn == NULL) {
+        st_api_reply(req, &answer);
         return;
     }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL)
-        return;
     const char *params[] = {id};
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql_task_get, 1, params, &res, &eb);
-    if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
-        return;
-    }
-    if (PQntuples(res) == 0) {
+    if (err != ST_OK || PQntuples(res) == 0) {
+        if (err != ST_OK)
+            st_answer_error(&answer, err, &eb);
+        else
+            st_answer_problem(&answer, 404, "task_not_found", "no such task", NULL, NULL);
         PQclear(res);
-        st_http_reply_problem(req, 404, "task_not_found", "no such task", NULL, NULL);
+        st_api_reply(req, &answer);
         return;
     }
     json_t *item = task_row(res, 0);
@@ -152,19 +156,16 @@ typedef enum { TASK_ASSIGN, TASK_RELEASE, TASK_COMPLETE } task_action_t;
 
 /* Applies one action in one transaction: lock, check the state machine, update, event,
  * and for completion the TASK_COMPLETED signal. */
-static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
+static void task_action(PGconn *conn, const char *id, const json_t *args, task_action_t action,
+                        st_answer_t *out)
 {
-    const char *id = st_http_param(req, "id");
     if (!st_uuid_valid(id)) {
-        st_http_reply_problem(req, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
+        st_answer_problem(out, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
         return;
     }
-    json_t *body = st_http_body_object(req);
-    if (body == NULL)
-        return;
-    json_t *assignee = json_object_get(body, "assignee");
-    json_t *actor = json_object_get(body, "actor");
-    json_t *result = json_object_get(body, "result");
+    json_t *assignee = json_object_get(args, "assignee");
+    json_t *actor = json_object_get(args, "actor");
+    json_t *result = json_object_get(args, "result");
     const char *bad = NULL, *bad_msg = NULL;
     if (action == TASK_ASSIGN && (!json_is_string(assignee) || json_string_length(assignee) == 0))
         bad = "/assignee", bad_msg = "assignee must be a non-empty string";
@@ -173,28 +174,20 @@ static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
     else if (action == TASK_COMPLETE && result != NULL && !json_is_object(result))
         bad = "/result", bad_msg = "result must be a JSON object";
     if (bad != NULL) {
-        st_http_reply_problem(req, 400, "invalid_field", bad_msg, bad, NULL);
-        json_decref(body);
-        return;
-    }
-    PGconn *conn = st_api_conn(api, req);
-    if (conn == NULL) {
-        json_decref(body);
+        st_answer_problem(out, 400, "invalid_field", bad_msg, bad, NULL);
         return;
     }
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_signal_t sig = {0};
     const char *lock_params[] = {id};
-    int replied = 0;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_task_lock, 1, lock_params, &res, &eb);
     if (err != ST_OK)
         goto done;
     if (PQntuples(res) == 0) {
-        st_http_reply_problem(req, 404, "task_not_found", "no such task", NULL, NULL);
-        replied = 1;
+        st_answer_problem(out, 404, "task_not_found", "no such task", NULL, NULL);
         goto done;
     }
     const char *status = PQgetvalue(res, 0, 0);
@@ -202,8 +195,7 @@ static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
     if ((action == TASK_RELEASE && !assigned) || (action != TASK_RELEASE && !open && !assigned)) {
         char msg[160];
         snprintf(msg, sizeof msg, "the task is %s; this action is not allowed now", status);
-        st_http_reply_problem(req, 409, "task_state", msg, NULL, NULL);
-        replied = 1;
+        st_answer_problem(out, 409, "task_state", msg, NULL, NULL);
         goto done;
     }
     static const char *const new_status[] = {"assigned", "open", "completed"};
@@ -216,7 +208,7 @@ static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
     if (new_assignee)
         json_object_set_new(detail, "assignee", json_string(new_assignee));
     if (action == TASK_COMPLETE)
-        json_object_set(detail, "result", result ? result : json_object());
+        json_object_set_new(detail, "result", result ? json_deep_copy(result) : json_object());
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
     const char *event_params[] = {id, event_kind[action], json_string_value(actor), detail_text};
@@ -227,10 +219,10 @@ static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
     if (err == ST_OK && action == TASK_COMPLETE) {
         st_signal_init(&sig, ST_SIGNAL_TASK_COMPLETED, PQgetvalue(res, 0, 2), -1);
         snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(res, 0, 3));
-        sig.payload = json_pack("{s:s, s:O}", "task_id", id, "result",
-                                result ? result : json_object());
+        sig.payload = json_pack("{s:s, s:o}", "task_id", id, "result",
+                                result ? json_deep_copy(result) : json_object());
         if (json_is_string(actor))
-            json_object_set(sig.payload, "actor", actor);
+            json_object_set_new(sig.payload, "actor", json_string(json_string_value(actor)));
         err = st_signal_enqueue_tx(conn, &sig, &eb);
     }
     if (err == ST_OK)
@@ -239,29 +231,38 @@ static void task_action(st_api_t *api, st_http_req_t *req, task_action_t action)
         PQclear(res);
         res = NULL;
         const char *get_params[] = {id};
-        if (st_pg_exec(conn, sql_task_get, 1, get_params, &res, &eb) == ST_OK && PQntuples(res) == 1) {
-            st_http_reply_json(req, 200, task_row(res, 0));
-            replied = 1;
-        }
+        if ((err = st_pg_exec(conn, sql_task_get, 1, get_params, &res, &eb)) == ST_OK &&
+            PQntuples(res) == 1)
+            st_answer_set(out, 200, task_row(res, 0));
     }
 done:
-    if (!replied)
-        st_api_reply_error(req, err == ST_OK ? ST_ERR_INTERNAL : err, &eb);
+    if (out->status == 0)
+        st_answer_error(out, err == ST_OK ? ST_ERR_INTERNAL : err, &eb);
     st_pg_rollback(conn);
     PQclear(res);
     st_signal_close(&sig);
-    json_decref(body);
 }
 
-static void handle_assign(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_ASSIGN); }
-static void handle_release(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_RELEASE); }
-static void handle_complete(st_http_req_t *req, void *ctx) { task_action(ctx, req, TASK_COMPLETE); }
+void st_cmd_task_assign(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+{
+    task_action(conn, id, args, TASK_ASSIGN, out);
+}
+
+void st_cmd_task_release(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+{
+    task_action(conn, id, args, TASK_RELEASE, out);
+}
+
+void st_cmd_task_complete(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+{
+    task_action(conn, id, args, TASK_COMPLETE, out);
+}
 
 void st_api_tasks_register(st_api_t *api)
 {
     st_http_route(api->svc->http, "GET", "/v1/tasks", handle_list, api);
     st_http_route(api->svc->http, "GET", "/v1/tasks/{id}", handle_get, api);
-    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/assign", handle_assign, api);
-    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/release", handle_release, api);
-    st_http_route(api->svc->http, "POST", "/v1/tasks/{id}/complete", handle_complete, api);
+    st_api_route_command(api, "/v1/tasks/{id}/assign", st_cmd_task_assign);
+    st_api_route_command(api, "/v1/tasks/{id}/release", st_cmd_task_release);
+    st_api_route_command(api, "/v1/tasks/{id}/complete", st_cmd_task_complete);
 }
