@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "api.h"
+#include "ingress.h"
 #include "strand/log.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -136,6 +137,11 @@ static int relay_ready(void *ctx)
     return st_relay_ready(ctx);
 }
 
+static int ingress_ready(void *ctx)
+{
+    return st_ingress_ready(ctx);
+}
+
 int main(void)
 {
     st_service_t svc;
@@ -158,7 +164,15 @@ int main(void)
         st_service_close(&svc);
         return 1;
     }
+    st_ingress_t *ingress = NULL;
+    if (st_ingress_start(&svc, &ingress, &eb) != ST_OK) {
+        st_log_error("could not start the ingress consumer", "%s", eb.msg);
+        st_relay_stop(relay);
+        st_service_close(&svc);
+        return 1;
+    }
     st_service_add_ready(&svc, "postgres", pg_ready, &api);
+    st_service_add_ready(&svc, "kafka_ingress", ingress_ready, ingress);
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
     st_api_definitions_register(&api);
     st_api_instances_register(&api);
@@ -167,6 +181,7 @@ int main(void)
     st_api_tasks_register(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
+    st_ingress_stop(ingress);
     st_relay_stop(relay);
     if (api.conn != NULL)
         PQfinish(api.conn);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "strand/proto/strand.pb-c.h"
 #include "st_test.h"
 
 static char def_name[64];
@@ -136,6 +137,69 @@ static void test_signal_validation(void)
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);
 }
 
+/* Publishes bytes to the ingress topic through the outbox (as an application would
+ * produce them); returns 1 on success. */
+static int produce_ingress(const uint8_t *bytes, size_t len)
+{
+    char *sql = malloc(len * 2 + 256);
+    size_t n = (size_t)sprintf(sql, "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
+                                    " VALUES ('ingress', 'k', '\\x");
+    for (size_t i = 0; i < len; i++)
+        n += (size_t)sprintf(sql + n, "%02x", bytes[i]);
+    sprintf(sql + n, "'::bytea) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
+                     " SELECT count(*) FROM ins, n");
+    long long rows = it_sql_number(sql);
+    free(sql);
+    return rows == 1;
+}
+
+static void test_kafka_ingress(void)
+{
+    char ref[96], args[384];
+    snprintf(ref, sizeof ref, "ingress-%s", def_name);
+    snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"%s\","
+             "\"input\":{\"name\":\"kafka\"}}", def_name, ref);
+    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
+    cmd.envelope_version = 1;
+    cmd.type = STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START;
+    cmd.args.data = (uint8_t *)args;
+    cmd.args.len = strlen(args);
+    uint8_t buf[512];
+    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
+    long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
+    long long dead = it_sql_number("SELECT count(*) FROM strand.dead_letters");
+    CU_ASSERT_TRUE_FATAL(produce_ingress(buf, len));
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s'"
+             " AND status = 'completed' AND output->>'message' = 'hello kafka'", ref);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+
+    /* Refused by the command (unknown definition): notice + dead letter, no instance. */
+    const char *bad_args = "{\"definition\":\"no-such-definition\"}";
+    cmd.args.data = (uint8_t *)bad_args;
+    cmd.args.len = strlen(bad_args);
+    len = strand__v1__ingress_command__pack(&cmd, buf);
+    CU_ASSERT_TRUE(produce_ingress(buf, len));
+    /* Not a protobuf at all. */
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    CU_ASSERT_TRUE(produce_ingress(junk, sizeof junk));
+    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", dead + 2, 30), dead + 2);
+    CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >=
+                   notices + 2);
+    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.dead_letters WHERE"
+                                  " source_topic LIKE '%ingress' AND reason LIKE '%definition%'"), 1);
+    /* ...and the partition moves on: a good command after the bad ones still runs. */
+    snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"%s-2\"}",
+             def_name, ref);
+    cmd.args.data = (uint8_t *)args;
+    cmd.args.len = strlen(args);
+    len = strand__v1__ingress_command__pack(&cmd, buf);
+    CU_ASSERT_TRUE(produce_ingress(buf, len));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s-2'",
+             ref);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -153,6 +217,7 @@ int main(void)
     CU_add_test(suite, "poison message is dead-lettered", test_poison_message_is_dead_lettered);
     CU_add_test(suite, "dead letter API", test_dead_letter_api);
     CU_add_test(suite, "signal validation", test_signal_validation);
+    CU_add_test(suite, "kafka ingress", test_kafka_ingress);
     CU_add_test(suite, "stop", test_stop);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
@@ -160,5 +225,5 @@ int main(void)
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     it_stop_all();
-    return failed == 0 && ran == 5 ? 0 : 1;
+    return failed == 0 && ran == 6 ? 0 : 1;
 }

@@ -1,0 +1,26 @@
+/*
+ * ingress.h - the Kafka ingress topic consumer of strand-api.
+ *
+ * Consumes IngressCommand envelopes (proto/strand.proto) in group "<prefix>ingress"
+ * and runs them through the same st_cmd_* handlers as the HTTP routes. Outcomes:
+ * 2xx -> offset committed; 4xx or an undecodable message -> an IngressRejected notice
+ * and a dead letter in one transaction, then the offset is committed (the partition
+ * never blocks); 5xx -> retried with backoff, offset not committed.
+ */
+#ifndef STRAND_API_INGRESS_H
+#define STRAND_API_INGRESS_H
+
+#include "strand/err.h"
+#include "strand/service.h"
+
+typedef struct st_ingress st_ingress_t;
+
+/* Starts the consumer thread (own PostgreSQL connection). Caller stops it with
+ * st_ingress_stop() after st_service_run() returned. */
+st_err_t st_ingress_start(st_service_t *svc, st_ingress_t **out, st_errbuf_t *eb);
+void st_ingress_stop(st_ingress_t *ing);
+
+/* True while the consumer has a broker connection and PostgreSQL. */
+int st_ingress_ready(const st_ingress_t *ing);
+
+#endif
