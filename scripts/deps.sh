@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates
   librdkafka-dev libpq-dev libhiredis-dev libprotobuf-c-dev protobuf-c-compiler
-  libevent-dev libcunit1-dev libjansson-dev libcurl4-openssl-dev uuid-dev
+  libevent-dev libcunit1-dev libjansson-dev libcurl4-openssl-dev uuid-dev libssl-dev
   postgresql-15 postgresql-client-15 redis-server
   openjdk-17-jre-headless maven
   clang libclang-rt-14-dev

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "strand/auth.h"
 #include "strand/err.h"
 #include "strand/http.h"
 #include "strand/service.h"
@@ -39,18 +40,28 @@ void st_answer_close(st_answer_t *a);
 
 /* ---- commands (api_commands: instances.c, signals.c, tasks.c) ---------------------- */
 
-/* Every command: `id` is the path id (instance or task; NULL where none), `args` the
- * request object (borrowed). Expects no transaction open on `conn`. */
-typedef void (*st_cmd_fn)(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+/* Every command: `who` is the authenticated caller, `id` the path id (instance or
+ * task; NULL where none), `args` the request object (borrowed). Commands authorise
+ * `who` themselves (403 problem). Expects no transaction open on `conn`. */
+typedef void (*st_cmd_fn)(PGconn *conn, const st_principal_t *who, const char *id,
+                          const json_t *args, st_answer_t *out);
 
-void st_cmd_start(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_signal(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_signal_correlated(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_cancel(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_terminate(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_task_assign(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_task_release(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
-void st_cmd_task_complete(PGconn *conn, const char *id, const json_t *args, st_answer_t *out);
+void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_signal(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_cancel(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_terminate(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_task_assign(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_task_release(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_task_complete(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
 
 /* ---- HTTP (main.c) ------------------------------------------------------------------ */
 
@@ -65,6 +76,8 @@ typedef struct {
 struct st_api {
     st_service_t *svc;
     PGconn *conn;      /* the HTTP thread's connection; owned; reconnected on demand */
+    st_auth_t *auth;   /* owned */
+    st_principal_t current;   /* the caller of the request being handled (HTTP thread) */
     st_command_route_t routes[ST_API_MAX_COMMAND_ROUTES];
     int nroutes;
 };
@@ -75,6 +88,9 @@ PGconn *st_api_conn(st_api_t *api, st_answer_t *out);
 
 /* Sends the answer (problem+json for >= 400) and releases it. */
 void st_api_reply(st_http_req_t *req, st_answer_t *a);
+
+/* For HTTP handlers: answers 403 and returns 0 unless the caller holds `role`. */
+int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role);
 
 /* For read-only HTTP handlers: st_api_conn() that answers the 503 itself. */
 PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req);

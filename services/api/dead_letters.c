@@ -195,12 +195,14 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
 
 static void handle_replay(st_http_req_t *req, void *ctx)
 {
-    settle(ctx, req, "replayed");
+    if (st_api_require_role(ctx, req, "admin"))
+        settle(ctx, req, "replayed");
 }
 
 static void handle_discard(st_http_req_t *req, void *ctx)
 {
-    settle(ctx, req, "discarded");
+    if (st_api_require_role(ctx, req, "admin"))
+        settle(ctx, req, "discarded");
 }
 
 void st_api_dead_letters_register(st_api_t *api)

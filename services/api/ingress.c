@@ -20,6 +20,7 @@ struct st_ingress {
     pthread_t thread;
     rd_kafka_t *consumer;
     PGconn *conn;
+    const st_auth_t *auth;  /* borrowed from the API */
     int pg_up, kafka_up;   /* atomics */
     st_metric_t *m_accepted, *m_rejected;
 };
@@ -92,6 +93,7 @@ static int handle(st_ingress_t *ing, const rd_kafka_message_t *msg)
             continue;
         }
         st_answer_t answer = {0};
+        st_principal_t who;
         char target[64] = "";
         Strand__V1__IngressCommand *cmd =
             strand__v1__ingress_command__unpack(NULL, msg->len, msg->payload);
@@ -113,8 +115,11 @@ static int handle(st_ingress_t *ing, const rd_kafka_message_t *msg)
                  !json_is_object(args))
             st_answer_problem(&answer, 400, "invalid_json", "args must be a JSON object", "/args",
                               NULL);
+        else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
+            st_answer_problem(&answer, 401, "unauthenticated",
+                              "the command's token is missing or not known", "/token", NULL);
         else
-            fn(ing->conn, cmd->target_id[0] ? cmd->target_id : NULL, args, &answer);
+            fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &answer);
         if (cmd != NULL)
             snprintf(target, sizeof target, "%s", cmd->target_id);
         json_decref(args);
@@ -164,12 +169,14 @@ static void *ingress_main(void *arg)
     return NULL;
 }
 
-st_err_t st_ingress_start(st_service_t *svc, st_ingress_t **out, st_errbuf_t *eb)
+st_err_t st_ingress_start(st_service_t *svc, const st_auth_t *auth, st_ingress_t **out,
+                          st_errbuf_t *eb)
 {
     st_ingress_t *ing = calloc(1, sizeof *ing);
     if (ing == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the ingress consumer");
     ing->svc = svc;
+    ing->auth = auth;
     ing->m_accepted = st_metrics_counter("strand_ingress_commands_total",
                                          "Ingress commands by outcome", "outcome=\"accepted\"");
     ing->m_rejected = st_metrics_counter("strand_ingress_commands_total",

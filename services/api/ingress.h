@@ -10,14 +10,17 @@
 #ifndef STRAND_API_INGRESS_H
 #define STRAND_API_INGRESS_H
 
+#include "strand/auth.h"
 #include "strand/err.h"
 #include "strand/service.h"
 
 typedef struct st_ingress st_ingress_t;
 
-/* Starts the consumer thread (own PostgreSQL connection). Caller stops it with
- * st_ingress_stop() after st_service_run() returned. */
-st_err_t st_ingress_start(st_service_t *svc, st_ingress_t **out, st_errbuf_t *eb);
+/* Starts the consumer thread (own PostgreSQL connection). Commands authenticate with
+ * the envelope's token against `auth` (borrowed; must outlive the consumer). Caller
+ * stops it with st_ingress_stop() after st_service_run() returned. */
+st_err_t st_ingress_start(st_service_t *svc, const st_auth_t *auth, st_ingress_t **out,
+                          st_errbuf_t *eb);
 void st_ingress_stop(st_ingress_t *ing);
 
 /* True while the consumer has a broker connection and PostgreSQL. */

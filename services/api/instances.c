@@ -159,7 +159,8 @@ static int parse_start(st_answer_t *out, const json_t *body, const char **defini
     return 1;
 }
 
-void st_cmd_start(PGconn *conn, const char *unused_id, const json_t *args, st_answer_t *out)
+void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id,
+                  const json_t *args, st_answer_t *out)
 {
     const char *definition, *business_ref, *request_id;
     char version[24];

@@ -86,6 +86,28 @@ void st_api_reply(st_http_req_t *req, st_answer_t *a)
     a->body = NULL;
 }
 
+int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
+{
+    if (st_principal_has_role(&api->current, role))
+        return 1;
+    st_http_reply_problem(req, 403, "forbidden", "this operation needs another role", NULL,
+                          json_pack("{s:s}", "required_role", role));
+    return 0;
+}
+
+/* The HTTP guard: every non-public route needs a known bearer token (401). */
+static int authenticate(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *token = st_auth_bearer(st_http_header(req, "Authorization"));
+    if (st_auth_authenticate(api->auth, token, &api->current) == ST_OK)
+        return 1;
+    st_http_reply_problem(req, 401, "unauthenticated",
+                          token ? "the bearer token is not known" : "a bearer token is required",
+                          NULL, NULL);
+    return 0;
+}
+
 PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req)
 {
     st_answer_t answer = {0};
@@ -111,7 +133,7 @@ static void handle_command(st_http_req_t *req, void *ctx)
     st_answer_t answer = {0};
     PGconn *conn = st_api_conn(route->api, &answer);
     if (conn != NULL)
-        route->cmd(conn, st_http_param(req, "id"), args, &answer);
+        route->cmd(conn, &route->api->current, st_http_param(req, "id"), args, &answer);
     st_api_reply(req, &answer);
     json_decref(args);
 }
@@ -156,6 +178,15 @@ int main(void)
         return 1;
     }
     st_api_t api = {.svc = &svc};
+    if (st_auth_load(svc.cfg.auth_file, &api.auth, &eb) != ST_OK) {
+        st_log_error("could not load the token file", "%s", eb.msg);
+        st_service_close(&svc);
+        return 2;
+    }
+    if (!st_auth_enabled(api.auth))
+        st_log_write(ST_LOG_WARN, "authentication is off: every caller is an admin",
+                     "set STRAND_AUTH_FILE to a token file (docs/api.md)", NULL);
+    st_http_set_guard(svc.http, authenticate, &api);
     if (st_pg_connect(svc.cfg.pg_dsn, "strand-api", &api.conn, &eb) != ST_OK)
         st_log_warn("api could not connect to PostgreSQL yet", "%s", eb.msg);
     st_relay_t *relay = NULL;
@@ -165,7 +196,7 @@ int main(void)
         return 1;
     }
     st_ingress_t *ingress = NULL;
-    if (st_ingress_start(&svc, &ingress, &eb) != ST_OK) {
+    if (st_ingress_start(&svc, api.auth, &ingress, &eb) != ST_OK) {
         st_log_error("could not start the ingress consumer", "%s", eb.msg);
         st_relay_stop(relay);
         st_service_close(&svc);
@@ -185,6 +216,7 @@ int main(void)
     st_relay_stop(relay);
     if (api.conn != NULL)
         PQfinish(api.conn);
+    st_auth_free(api.auth);
     st_service_close(&svc);
     st_log_info("api stopped", NULL);
     return 0;

@@ -149,24 +149,31 @@ static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
     st_signal_close(&sig);
 }
 
-void st_cmd_signal(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_signal(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
     raise_on_instance(conn, id, args, ST_SIGNAL_EXTERNAL, out);
 }
 
-void st_cmd_cancel(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_cancel(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
     raise_on_instance(conn, id, args, ST_SIGNAL_CANCEL, out);
 }
 
-void st_cmd_terminate(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_terminate(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
+    if (!st_principal_has_role(who, "admin")) {
+        st_answer_problem(out, 403, "forbidden", "terminate is an admin operation", NULL, NULL);
+        return;
+    }
     raise_on_instance(conn, id, args, ST_SIGNAL_TERMINATE, out);
 }
 
 /* {business_ref, definition?, name, payload?, request_id?} */
-void st_cmd_signal_correlated(PGconn *conn, const char *unused_id, const json_t *args,
-                              st_answer_t *out)
+void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const char *unused_id,
+                              const json_t *args, st_answer_t *out)
 {
     const char *name = NULL, *request_id = NULL;
     json_t *payload = NULL;

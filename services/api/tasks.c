@@ -30,7 +30,7 @@ static const char *const sql_task_get =
     "SELECT id, instance_id, name, status, roles, assignee, created_at, deadline_at,"
     " payload::text, waiting_token, completed_at FROM strand.tasks WHERE id = $1::uuid";
 static const char *const sql_task_lock =
-    "SELECT status, assignee, instance_id, waiting_token FROM strand.tasks"
+    "SELECT status, assignee, instance_id, waiting_token, to_jsonb(roles)::text FROM strand.tasks"
     " WHERE id = $1::uuid FOR UPDATE";
 static const char *const sql_task_update =
     "UPDATE strand.tasks SET status = $2, assignee = $3,"
@@ -156,21 +156,19 @@ typedef enum { TASK_ASSIGN, TASK_RELEASE, TASK_COMPLETE } task_action_t;
 
 /* Applies one action in one transaction: lock, check the state machine, update, event,
  * and for completion the TASK_COMPLETED signal. */
-static void task_action(PGconn *conn, const char *id, const json_t *args, task_action_t action,
-                        st_answer_t *out)
+static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
+                        const json_t *args, task_action_t action, st_answer_t *out)
 {
     if (!st_uuid_valid(id)) {
         st_answer_problem(out, 400, "invalid_id", "the task id must be a UUID", "/id", NULL);
         return;
     }
     json_t *assignee = json_object_get(args, "assignee");
-    json_t *actor = json_object_get(args, "actor");
     json_t *result = json_object_get(args, "result");
     const char *bad = NULL, *bad_msg = NULL;
-    if (action == TASK_ASSIGN && (!json_is_string(assignee) || json_string_length(assignee) == 0))
-        bad = "/assignee", bad_msg = "assignee must be a non-empty string";
-    else if (actor != NULL && !json_is_string(actor))
-        bad = "/actor", bad_msg = "actor must be a string";
+    if (action == TASK_ASSIGN && assignee != NULL &&
+        (!json_is_string(assignee) || json_string_length(assignee) == 0))
+        bad = "/assignee", bad_msg = "assignee must be a non-empty string (default: the caller)";
     else if (action == TASK_COMPLETE && result != NULL && !json_is_object(result))
         bad = "/result", bad_msg = "result must be a JSON object";
     if (bad != NULL) {
@@ -190,6 +188,23 @@ static void task_action(PGconn *conn, const char *id, const json_t *args, task_a
         st_answer_problem(out, 404, "task_not_found", "no such task", NULL, NULL);
         goto done;
     }
+    /* Authorisation: the caller must hold one of the task's effective roles; only
+     * admins assign to someone else or act on a task assigned to someone else. */
+    json_error_t jerr;
+    json_t *roles = json_loads(PQgetvalue(res, 0, 4), 0, &jerr);
+    int may = st_principal_has_any_role(who, roles);
+    json_decref(roles);
+    int admin = st_principal_has_role(who, "admin");
+    const char *holder = PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1);
+    const char *target = assignee ? json_string_value(assignee) : who->name;
+    if (!may || (!admin && action == TASK_ASSIGN && strcmp(target, who->name) != 0) ||
+        (!admin && action != TASK_ASSIGN && holder != NULL && strcmp(holder, who->name) != 0)) {
+        st_answer_problem(out, 403, "forbidden",
+                          may ? "the task is assigned to someone else"
+                              : "the caller holds none of the task's roles",
+                          NULL, NULL);
+        goto done;
+    }
     const char *status = PQgetvalue(res, 0, 0);
     int open = strcmp(status, "open") == 0, assigned = strcmp(status, "assigned") == 0;
     if ((action == TASK_RELEASE && !assigned) || (action != TASK_RELEASE && !open && !assigned)) {
@@ -200,9 +215,9 @@ static void task_action(PGconn *conn, const char *id, const json_t *args, task_a
     }
     static const char *const new_status[] = {"assigned", "open", "completed"};
     static const char *const event_kind[] = {"assigned", "released", "completed"};
-    const char *new_assignee = action == TASK_ASSIGN ? json_string_value(assignee)
+    const char *new_assignee = action == TASK_ASSIGN ? target
                                : action == TASK_RELEASE ? NULL
-                               : (PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1));
+                               : holder;
     const char *update_params[] = {id, new_status[action], new_assignee};
     json_t *detail = json_object();
     if (new_assignee)
@@ -211,7 +226,7 @@ static void task_action(PGconn *conn, const char *id, const json_t *args, task_a
         json_object_set_new(detail, "result", result ? json_deep_copy(result) : json_object());
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
-    const char *event_params[] = {id, event_kind[action], json_string_value(actor), detail_text};
+    const char *event_params[] = {id, event_kind[action], who->name, detail_text};
     err = st_pg_exec(conn, sql_task_update, 3, update_params, NULL, &eb);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_task_event, 4, event_params, NULL, &eb);
@@ -221,8 +236,7 @@ static void task_action(PGconn *conn, const char *id, const json_t *args, task_a
         snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(res, 0, 3));
         sig.payload = json_pack("{s:s, s:o}", "task_id", id, "result",
                                 result ? json_deep_copy(result) : json_object());
-        if (json_is_string(actor))
-            json_object_set_new(sig.payload, "actor", json_string(json_string_value(actor)));
+        json_object_set_new(sig.payload, "actor", json_string(who->name));
         err = st_signal_enqueue_tx(conn, &sig, &eb);
     }
     if (err == ST_OK)
@@ -243,19 +257,22 @@ done:
     st_signal_close(&sig);
 }
 
-void st_cmd_task_assign(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_task_assign(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
-    task_action(conn, id, args, TASK_ASSIGN, out);
+    task_action(conn, who, id, args, TASK_ASSIGN, out);
 }
 
-void st_cmd_task_release(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_task_release(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
-    task_action(conn, id, args, TASK_RELEASE, out);
+    task_action(conn, who, id, args, TASK_RELEASE, out);
 }
 
-void st_cmd_task_complete(PGconn *conn, const char *id, const json_t *args, st_answer_t *out)
+void st_cmd_task_complete(PGconn *conn, const st_principal_t *who, const char *id,
+                  const json_t *args, st_answer_t *out)
 {
-    task_action(conn, id, args, TASK_COMPLETE, out);
+    task_action(conn, who, id, args, TASK_COMPLETE, out);
 }
 
 void st_api_tasks_register(st_api_t *api)

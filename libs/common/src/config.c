@@ -58,6 +58,7 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_TOPIC_PARTITIONS", 8, 1, 4096, topic_partitions);
     INT("STRAND_TOPIC_REPLICATION", 1, 1, 16, topic_replication);
     STR("STRAND_REDIS_URL", "", redis_url);
+    STR("STRAND_AUTH_FILE", "", auth_file);
     STR("STRAND_HTTP_ADDR", "127.0.0.1", http_addr);
     INT("STRAND_HTTP_PORT", default_port, 1, 65535, http_port);
     STR("STRAND_LOG_LEVEL", "info", log_level);

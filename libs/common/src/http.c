@@ -21,6 +21,7 @@ typedef struct route {
     char pattern[128];
     st_http_handler_fn fn;
     void *ctx;
+    int public;
     struct route *next;
 } route_t;
 
@@ -28,6 +29,8 @@ struct st_http_server {
     struct evhttp *evhttp;
     route_t *routes, **tail;
     int max_body;
+    st_http_guard_fn guard;
+    void *guard_ctx;
 };
 
 struct st_http_req {
@@ -130,7 +133,10 @@ static void dispatch(struct evhttp_request *ev, void *arg)
         req.route = rt;
         break;
     }
-    if (req.route != NULL) {
+    if (req.route != NULL && !req.route->public && srv->guard != NULL &&
+        !srv->guard(&req, srv->guard_ctx)) {
+        /* refused and answered by the guard */
+    } else if (req.route != NULL) {
         req.route->fn(&req, req.route->ctx);
         if (req.status == 0) {
             st_log_error("handler returned without a reply", "route=%s", req.route->pattern);
@@ -202,8 +208,8 @@ void st_http_server_free(st_http_server_t *srv)
     free(srv);
 }
 
-void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
-                   st_http_handler_fn fn, void *ctx)
+static void add_route(st_http_server_t *srv, const char *method, const char *pattern,
+                      st_http_handler_fn fn, void *ctx, int public)
 {
     route_t *rt = calloc(1, sizeof *rt);
     if (rt == NULL)
@@ -212,8 +218,27 @@ void st_http_route(st_http_server_t *srv, const char *method, const char *patter
     snprintf(rt->pattern, sizeof rt->pattern, "%s", pattern);
     rt->fn = fn;
     rt->ctx = ctx;
+    rt->public = public;
     *srv->tail = rt;
     srv->tail = &rt->next;
+}
+
+void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
+                   st_http_handler_fn fn, void *ctx)
+{
+    add_route(srv, method, pattern, fn, ctx, 0);
+}
+
+void st_http_route_public(st_http_server_t *srv, const char *method, const char *pattern,
+                          st_http_handler_fn fn, void *ctx)
+{
+    add_route(srv, method, pattern, fn, ctx, 1);
+}
+
+void st_http_set_guard(st_http_server_t *srv, st_http_guard_fn fn, void *ctx)
+{
+    srv->guard = fn;
+    srv->guard_ctx = ctx;
 }
 
 const char *st_http_param(st_http_req_t *req, const char *name)

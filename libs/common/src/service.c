@@ -66,9 +66,9 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
                                       svc->cfg.max_body_bytes, &svc->http, eb);
     if (err != ST_OK)
         return err;
-    st_http_route(svc->http, "GET", "/healthz", handle_healthz, svc);
-    st_http_route(svc->http, "GET", "/readyz", handle_readyz, svc);
-    st_http_route(svc->http, "GET", "/metrics", handle_metrics, svc);
+    st_http_route_public(svc->http, "GET", "/healthz", handle_healthz, svc);
+    st_http_route_public(svc->http, "GET", "/readyz", handle_readyz, svc);
+    st_http_route_public(svc->http, "GET", "/metrics", handle_metrics, svc);
     int sigs[2] = {SIGTERM, SIGINT};
     for (int i = 0; i < 2; i++) {
         struct event *ev = evsignal_new(svc->base, sigs[i], on_stop_signal, svc);

@@ -17,6 +17,7 @@ typedef struct {
     char topic_prefix[64];     /* STRAND_TOPIC_PREFIX */
     int topic_partitions;      /* STRAND_TOPIC_PARTITIONS */
     int topic_replication;     /* STRAND_TOPIC_REPLICATION */
+    char auth_file[512];       /* STRAND_AUTH_FILE: bearer tokens; empty = auth off */
     char redis_url[256];       /* STRAND_REDIS_URL, empty = no Redis */
     char http_addr[64];        /* STRAND_HTTP_ADDR */
     int http_port;             /* STRAND_HTTP_PORT, default per service */

@@ -25,9 +25,18 @@ st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body
 void st_http_server_free(st_http_server_t *srv);
 
 /* Registers a route. `pattern` is a path with {name} segments ("/v1/instances/{id}").
- * Routes are matched in registration order; `method` is "GET", "POST", ... */
+ * Routes are matched in registration order; `method` is "GET", "POST", ...
+ * The server's guard (if any) runs first. */
 void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
                    st_http_handler_fn fn, void *ctx);
+/* Registers a route the guard does not apply to (health, readiness, metrics). */
+void st_http_route_public(st_http_server_t *srv, const char *method, const char *pattern,
+                          st_http_handler_fn fn, void *ctx);
+
+/* A guard runs before every non-public route; to refuse the request it answers
+ * (e.g. 401) and returns 0. */
+typedef int (*st_http_guard_fn)(st_http_req_t *req, void *ctx);
+void st_http_set_guard(st_http_server_t *srv, st_http_guard_fn fn, void *ctx);
 
 /* Path parameter by name. Borrowed; valid until the reply. NULL if absent. */
 const char *st_http_param(st_http_req_t *req, const char *name);

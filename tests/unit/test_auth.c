@@ -1,0 +1,99 @@
+/* test_auth.c - bearer tokens to principals: loading, lookup, roles, bad files. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_test.h"
+#include "strand/auth.h"
+
+static char *write_file(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/strand-auth-test-XXXXXX");
+    int fd = mkstemp(path);
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? path : NULL;
+}
+
+static void test_tokens_map_to_principals(void)
+{
+    /* sha256("ops-token-0123456789") */
+    const char *doc =
+        "{\"tokens\":[{\"token\":\"alice-token-0123456789\",\"principal\":\"alice\","
+        "\"roles\":[\"approver\"]},"
+        "{\"token_sha256\":\"d51a4891ede9d7c8a89088e5f255d5852a7154ab4b92ad562614e8d0824bfc2b\","
+        "\"principal\":\"hashed\",\"roles\":[\"admin\"]}]}";
+    char *path = write_file(doc);
+    st_auth_t *auth = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_auth_load(path, &auth, &eb), ST_OK);
+    CU_ASSERT_TRUE(st_auth_enabled(auth));
+    st_principal_t who;
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "alice-token-0123456789", &who), ST_OK);
+    CU_ASSERT_STRING_EQUAL(who.name, "alice");
+    CU_ASSERT_TRUE(st_principal_has_role(&who, "approver"));
+    CU_ASSERT_FALSE(st_principal_has_role(&who, "admin"));
+    json_t *roles = json_pack("[s, s]", "clerk", "approver");
+    CU_ASSERT_TRUE(st_principal_has_any_role(&who, roles));
+    json_decref(roles);
+    roles = json_pack("[s]", "clerk");
+    CU_ASSERT_FALSE(st_principal_has_any_role(&who, roles));
+    json_decref(roles);
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "ops-token-0123456789", &who), ST_OK);
+    CU_ASSERT_STRING_EQUAL(who.name, "hashed");
+    CU_ASSERT_TRUE(st_principal_has_role(&who, "anything"));   /* admin */
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "alice-token-012345678", &who), ST_ERR_UNAUTHORIZED);
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, NULL, &who), ST_ERR_UNAUTHORIZED);
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "", &who), ST_ERR_UNAUTHORIZED);
+    st_auth_free(auth);
+    unlink(path);
+}
+
+static void test_off_without_file(void)
+{
+    st_auth_t *auth = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_auth_load("", &auth, &eb), ST_OK);
+    CU_ASSERT_FALSE(st_auth_enabled(auth));
+    st_principal_t who;
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, NULL, &who), ST_OK);
+    CU_ASSERT_TRUE(st_principal_has_role(&who, "admin"));
+    st_auth_free(auth);
+}
+
+static void test_bearer_header(void)
+{
+    CU_ASSERT_STRING_EQUAL(st_auth_bearer("Bearer abc"), "abc");
+    CU_ASSERT_STRING_EQUAL(st_auth_bearer("bearer   abc"), "abc");
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Basic abc"));
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer "));
+    CU_ASSERT_PTR_NULL(st_auth_bearer(NULL));
+}
+
+static void expect_bad(const char *doc, const char *fragment)
+{
+    char *path = write_file(doc);
+    st_auth_t *auth = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL(st_auth_load(path, &auth, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, fragment));
+    CU_ASSERT_PTR_NULL(auth);
+    unlink(path);
+}
+
+static void test_bad_files(void)
+{
+    expect_bad("{", "STRAND_AUTH_FILE");
+    expect_bad("{\"tokens\":[]}", "non-empty array");
+    expect_bad("{\"tokens\":[{\"token\":\"short\",\"principal\":\"a\",\"roles\":[]}]}", "16 characters");
+    expect_bad("{\"tokens\":[{\"principal\":\"a\",\"roles\":[]}]}", "exactly one of");
+    expect_bad("{\"tokens\":[{\"token\":\"0123456789abcdef\",\"roles\":[]}]}", "/tokens/0/principal");
+    expect_bad("{\"tokens\":[{\"token_sha256\":\"zz\",\"principal\":\"a\",\"roles\":[]}]}", "64 hex");
+    expect_bad("{\"tokens\":[{\"token\":\"0123456789abcdef\",\"principal\":\"a\",\"roles\":[1]}]}",
+               "/tokens/0/roles/0");
+}
+
+ST_TEST_MAIN("auth", ST_TEST(test_tokens_map_to_principals), ST_TEST(test_off_without_file),
+             ST_TEST(test_bearer_header), ST_TEST(test_bad_files))
