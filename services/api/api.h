@@ -63,6 +63,9 @@ void st_cmd_task_release(PGconn *conn, const st_principal_t *who, const char *id
 void st_cmd_task_complete(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                    st_answer_t *out);
 
+void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                st_answer_t *out);
+
 /* ---- HTTP (main.c) ------------------------------------------------------------------ */
 
 #define ST_API_MAX_COMMAND_ROUTES 16
@@ -105,5 +108,6 @@ void st_api_instances_register(st_api_t *api);
 void st_api_signals_register(st_api_t *api);
 void st_api_dead_letters_register(st_api_t *api);
 void st_api_tasks_register(st_api_t *api);
+void st_api_acks_register(st_api_t *api);
 
 #endif

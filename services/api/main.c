@@ -210,6 +210,7 @@ int main(void)
     st_api_signals_register(&api);
     st_api_dead_letters_register(&api);
     st_api_tasks_register(&api);
+    st_api_acks_register(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
     st_ingress_stop(ingress);

@@ -11,6 +11,7 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
+#include "strand/work.h"
 
 /* NOTIFY channel the call dispatcher listens on. */
 #define CALLS_CHANNEL "strand_calls"
@@ -120,6 +121,30 @@ static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json
     return err;
 }
 
+/* emit_work {kind, event_code, external_ref?, env_code?, payload?, consumers} */
+static st_err_t emit_work_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                             const char *token, st_errbuf_t *eb)
+{
+    const char *kind = string_field(effect, "kind");
+    const char *event_code = string_field(effect, "event_code");
+    if (event_code == NULL)
+        event_code = string_field(effect, "event");
+    st_work_event_t ev = {
+        .instance_id = instance_id,
+        .kind = kind ? kind : (token ? "call" : "hook"),
+        .event_code = event_code ? event_code : "call",
+        .external_ref = string_field(effect, "external_ref"),
+        .env_code = string_field(effect, "env_code"),
+        .definition = string_field(effect, "definition"),
+        .definition_version = (int)json_integer_value(json_object_get(effect, "definition_version")),
+        .waiting_token = token,
+        .payload = json_object_get(effect, token ? "request" : "payload"),
+        .consumers = json_object_get(effect, "consumers"),
+    };
+    char ack_guid[37];
+    return st_work_emit_tx(conn, &ev, ack_guid, eb);
+}
+
 static st_err_t make_call_tx(PGconn *conn, const char *instance_id, const json_t *effect,
                              st_errbuf_t *eb)
 {
@@ -128,6 +153,9 @@ static st_err_t make_call_tx(PGconn *conn, const char *instance_id, const json_t
     const char *key = string_field(effect, "idempotency_key");
     if (transport == NULL || token == NULL || key == NULL)
         return st_err_set(eb, ST_ERR_INVALID, "make_call effect lacks transport, token or key");
+    /* Kafka transport: a work event awaiting a processed ACK that carries the result. */
+    if (strcmp(transport, "kafka") == 0)
+        return emit_work_tx(conn, instance_id, effect, token, eb);
     char id[37], attempt[16], timeout[16];
     st_uuid_new(id);
     const json_t *a = json_object_get(effect, "attempt");
@@ -194,6 +222,8 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
             err = start_child_tx(conn, instance_id, effect, eb);
         else if (strcmp(type, "make_call") == 0)
             err = make_call_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "emit_work") == 0)
+            err = emit_work_tx(conn, instance_id, effect, NULL, eb);
         else if (strcmp(type, "emit_notice") == 0)
             err = notice_tx(conn, instance_id, effect, eb);
         else if (strcmp(type, "complete") == 0 || strcmp(type, "fail") == 0)

@@ -1,0 +1,44 @@
+/*
+ * work.h - actionable work events with per-consumer ACK tracking.
+ *
+ * st_work_emit_tx() records a WorkEvent (its exact envelope bytes), one ACK row per
+ * consumer due for delivery, and the event in the outbox for the work topic, all in
+ * the caller's transaction. The monitor re-raises the stored bytes while an ACK stage
+ * is overdue; st_work_ack_tx() applies an application's ACK.
+ */
+#ifndef STRAND_WORK_H
+#define STRAND_WORK_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "strand/err.h"
+
+#define ST_WORK_DELIVERY_TIMEOUT_S 30
+#define ST_WORK_PROCESSING_TIMEOUT_S 300
+#define ST_WORK_MAX_RAISES 10
+
+/* NOTIFY channel the monitor listens on; raised whenever an ACK deadline changes. */
+#define ST_WORK_CHANNEL "strand_acks"
+
+typedef struct {
+    const char *instance_id;
+    const char *kind;            /* "transition", "hook", "call" */
+    const char *event_code;
+    const char *external_ref;    /* may be NULL */
+    const char *env_code;        /* may be NULL */
+    const char *definition;      /* may be NULL */
+    int definition_version;
+    const char *waiting_token;   /* calls: the wait the result answers; else NULL */
+    const json_t *payload;       /* borrowed; NULL = {} */
+    /* borrowed JSON array; each item a consumer name, or an object {consumer,
+     * delivery_timeout_s?, processing_timeout_s?, max_raises?} (a route's settings) */
+    const json_t *consumers;
+} st_work_event_t;
+
+/* Emits `ev` inside the caller's open transaction; writes the new ack_guid into
+ * `ack_guid`. Fails with ST_ERR_INVALID when consumers are missing or malformed. */
+st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[37],
+                         st_errbuf_t *eb);
+
+#endif

@@ -1,0 +1,255 @@
+/* ack_monitor.c - re-raises and reminders for overdue ACKs (see ack_monitor.h). */
+#include "ack_monitor.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strand/kafka.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/notice.h"
+#include "strand/outbox.h"
+#include "strand/pg.h"
+#include "strand/util.h"
+#include "strand/work.h"
+
+#define CLAIM_BATCH 200
+#define MAX_SLEEP_MS 60000
+#define BACKOFF_CAP_EXP 6    /* deadlines grow to at most 64 x the stage timeout */
+
+struct st_ack_monitor {
+    st_service_t *svc;
+    pthread_t thread;
+    int stop_pipe[2];
+    PGconn *conn;
+    int pg_up;   /* atomic */
+    st_metric_t *m_reraised, *m_reminded, *m_failed, *m_cycle, *m_pending;
+};
+
+static const char *const sql_due_claim =
+    "SELECT a.ack_guid, a.consumer, a.stage, a.raises, a.reminders, a.max_raises,"
+    " a.delivery_timeout_s, a.processing_timeout_s, w.instance_id, w.envelope, w.event_code"
+    " FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
+    " WHERE a.due_at <= now() ORDER BY a.due_at LIMIT 200 FOR UPDATE OF a SKIP LOCKED";
+static const char *const sql_ack_reraised =
+    "UPDATE strand.acks SET raises = raises + 1, updated_at = now(),"
+    " due_at = now() + make_interval(secs => delivery_timeout_s * power(2, least(raises + 1, 6)))"
+    " WHERE ack_guid = $1::uuid AND consumer = $2";
+static const char *const sql_ack_reminded =
+    "UPDATE strand.acks SET reminders = reminders + 1, updated_at = now(),"
+    " due_at = now() + make_interval(secs => processing_timeout_s * power(2, least(reminders + 1, 6)))"
+    " WHERE ack_guid = $1::uuid AND consumer = $2";
+static const char *const sql_ack_give_up =
+    "UPDATE strand.acks SET stage = 'failed', due_at = NULL, updated_at = now(),"
+    " error = coalesce(error, $3) WHERE ack_guid = $1::uuid AND consumer = $2";
+static const char *const sql_next_due =
+    "SELECT (extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
+    " FROM strand.acks WHERE due_at IS NOT NULL";
+static const char *const sql_pending =
+    "SELECT count(*) FROM strand.acks WHERE due_at IS NOT NULL";
+static const char *const sql_history_insert =
+    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
+
+/* Handles one claimed row inside the batch's transaction. */
+static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_errbuf_t *eb)
+{
+    const char *guid = PQgetvalue(rows, i, 0);
+    const char *consumer = PQgetvalue(rows, i, 1);
+    int delivery = strcmp(PQgetvalue(rows, i, 2), "delivery") == 0;
+    int count = atoi(PQgetvalue(rows, i, delivery ? 3 : 4));
+    int max_raises = atoi(PQgetvalue(rows, i, 5));
+    const char *instance = PQgetvalue(rows, i, 8);
+    const char *event_code = PQgetvalue(rows, i, 10);
+    size_t len = 0;
+    unsigned char *envelope = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 9), &len);
+    if (envelope == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not read a work event");
+    const char *params[] = {guid, consumer, NULL};
+    json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:i}", "ack_guid", guid, "consumer", consumer,
+                               "event_code", event_code, "stage", delivery ? "delivery" : "processing",
+                               "raises", count + 1);
+    st_err_t err;
+    const char *code, *history_kind;
+    if (count < max_raises) {
+        err = st_outbox_add_tx(m->conn, ST_TOPIC_WORK, instance, envelope, len, eb);
+        if (err == ST_OK)
+            err = st_pg_exec(m->conn, delivery ? sql_ack_reraised : sql_ack_reminded, 2, params,
+                             NULL, eb);
+        code = delivery ? "DeliveryRetryRaised" : "ProcessingReminderRaised";
+        history_kind = delivery ? "work_reraised" : "work_reminded";
+        st_metric_inc(delivery ? m->m_reraised : m->m_reminded);
+    } else {
+        char reason[200];
+        snprintf(reason, sizeof reason, "%s not acknowledged after %d raises",
+                 delivery ? "delivery" : "processing", count);
+        params[2] = reason;
+        err = st_pg_exec(m->conn, sql_ack_give_up, 3, params, NULL, eb);
+        char topic[128];
+        st_dead_letter_source_t src = {st_config_topic(&m->svc->cfg, ST_TOPIC_WORK, topic, sizeof topic),
+                                       -1, -1, instance};
+        if (err == ST_OK)
+            err = st_dead_letter_add_tx(m->conn, &src, reason, count, m->svc->cfg.node_id,
+                                        envelope, len, eb);
+        code = "DispatchFailure";
+        history_kind = "work_failed";
+        st_metric_inc(m->m_failed);
+    }
+    if (err == ST_OK)
+        err = st_notice_add_tx(m->conn, code, instance, NULL, code, detail, eb);
+    if (err == ST_OK) {
+        json_object_set_new(detail, "notice", json_string(code));
+        char *text = json_dumps(detail, JSON_COMPACT);
+        const char *hp[] = {instance, history_kind, text};
+        err = st_pg_exec(m->conn, sql_history_insert, 3, hp, NULL, eb);
+        free(text);
+    }
+    json_decref(detail);
+    PQfreemem(envelope);
+    return err;
+}
+
+/* One batch in one transaction; returns rows handled or -1 on a database error. */
+static int process_due(st_ack_monitor_t *m)
+{
+    st_errbuf_t eb;
+    double started = st_mono_s();
+    PGresult *rows = NULL;
+    st_err_t err = st_pg_begin(m->conn, &eb);
+    if (err == ST_OK)
+        err = st_pg_exec(m->conn, sql_due_claim, 0, NULL, &rows, &eb);
+    int n = err == ST_OK ? PQntuples(rows) : 0;
+    for (int i = 0; err == ST_OK && i < n; i++)
+        err = handle_due_tx(m, rows, i, &eb);
+    if (err == ST_OK && n > 0)
+        err = st_pg_exec(m->conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb);
+    if (err == ST_OK)
+        err = st_pg_commit(m->conn, &eb);
+    PQclear(rows);
+    if (err != ST_OK) {
+        st_pg_rollback(m->conn);
+        st_log_warn("ACK monitor cycle failed", "%s", eb.msg);
+        return -1;
+    }
+    st_metric_observe(m->m_cycle, st_mono_s() - started);
+    return n;
+}
+
+/* Milliseconds until the earliest deadline (capped), or MAX_SLEEP_MS if none. */
+static int next_wait_ms(st_ack_monitor_t *m)
+{
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    int wait = MAX_SLEEP_MS;
+    if (st_pg_exec(m->conn, sql_next_due, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
+        long long ms = atoll(PQgetvalue(res, 0, 0));
+        wait = ms < 0 ? 0 : ms > MAX_SLEEP_MS ? MAX_SLEEP_MS : (int)ms + 1;
+    }
+    PQclear(res);
+    return wait;
+}
+
+static void sample_pending(st_ack_monitor_t *m)
+{
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    if (st_pg_exec(m->conn, sql_pending, 0, NULL, &res, &eb) == ST_OK)
+        st_metric_set(m->m_pending, atof(PQgetvalue(res, 0, 0)));
+    PQclear(res);
+}
+
+static void *monitor_main(void *arg)
+{
+    st_ack_monitor_t *m = arg;
+    time_t last_sample = 0;
+    while (!st_service_stopping(m->svc)) {
+        st_errbuf_t eb;
+        if (m->conn == NULL || PQstatus(m->conn) != CONNECTION_OK) {
+            if (m->conn != NULL)
+                PQfinish(m->conn);
+            m->conn = NULL;
+            __atomic_store_n(&m->pg_up, 0, __ATOMIC_RELEASE);
+            if (st_pg_connect(m->svc->cfg.pg_dsn, "strand-monitor", &m->conn, &eb) != ST_OK ||
+                st_pg_exec(m->conn, "LISTEN " ST_WORK_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
+                st_log_warn("monitor could not connect to PostgreSQL", "%s", eb.msg);
+                struct pollfd p = {.fd = m->stop_pipe[0], .events = POLLIN};
+                poll(&p, 1, 1000);
+                continue;
+            }
+            __atomic_store_n(&m->pg_up, 1, __ATOMIC_RELEASE);
+        }
+        int n;
+        while ((n = process_due(m)) == CLAIM_BATCH && !st_service_stopping(m->svc))
+            ;
+        if (n < 0)
+            continue;
+        if (time(NULL) - last_sample >= 15) {
+            sample_pending(m);
+            last_sample = time(NULL);
+        }
+        /* Sleep until the earliest deadline or a change (NOTIFY), whichever first. */
+        PQconsumeInput(m->conn);
+        PGnotify *note = PQnotifies(m->conn);
+        if (note != NULL) {
+            do
+                PQfreemem(note);
+            while ((note = PQnotifies(m->conn)) != NULL);
+            continue;
+        }
+        struct pollfd pfd[2] = {{.fd = PQsocket(m->conn), .events = POLLIN},
+                                {.fd = m->stop_pipe[0], .events = POLLIN}};
+        poll(pfd, 2, next_wait_ms(m));
+        PQconsumeInput(m->conn);
+        while ((note = PQnotifies(m->conn)) != NULL)
+            PQfreemem(note);
+    }
+    if (m->conn != NULL)
+        PQfinish(m->conn);
+    return NULL;
+}
+
+static int pg_ready(void *ctx)
+{
+    st_ack_monitor_t *m = ctx;
+    return __atomic_load_n(&m->pg_up, __ATOMIC_ACQUIRE);
+}
+
+st_err_t st_ack_monitor_start(st_service_t *svc, st_ack_monitor_t **out, st_errbuf_t *eb)
+{
+    st_ack_monitor_t *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the ACK monitor");
+    m->svc = svc;
+    m->m_reraised = st_metrics_counter("strand_ack_raises_total", "Work events re-raised or reminded",
+                                       "stage=\"delivery\"");
+    m->m_reminded = st_metrics_counter("strand_ack_raises_total", "Work events re-raised or reminded",
+                                       "stage=\"processing\"");
+    m->m_failed = st_metrics_counter("strand_ack_failures_total",
+                                     "ACK stages given up after max raises", NULL);
+    m->m_cycle = st_metrics_histogram("strand_monitor_cycle_seconds",
+                                      "Duration of one ACK monitor batch", NULL);
+    m->m_pending = st_metrics_gauge("strand_acks_pending",
+                                    "ACK stages with a deadline (sampled every 15 s)", NULL);
+    if (pipe(m->stop_pipe) != 0 || pthread_create(&m->thread, NULL, monitor_main, m) != 0) {
+        free(m);
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the ACK monitor");
+    }
+    st_service_add_ready(svc, "postgres", pg_ready, m);
+    *out = m;
+    return ST_OK;
+}
+
+void st_ack_monitor_stop(st_ack_monitor_t *m)
+{
+    if (m == NULL)
+        return;
+    ssize_t ignored = write(m->stop_pipe[1], "x", 1);
+    (void)ignored;
+    pthread_join(m->thread, NULL);
+    close(m->stop_pipe[0]);
+    close(m->stop_pipe[1]);
+    free(m);
+}

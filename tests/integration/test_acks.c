@@ -1,0 +1,223 @@
+/*
+ * test_acks.c - work events and ACKs against the real servers: delivered then
+ * processed; never delivered -> re-raised with the same bytes until the cap, then
+ * DispatchFailure and a dead letter; processed late -> reminded; failure with
+ * retry_at -> re-raised at retry_at; ACK validation and idempotency. Work events are
+ * emitted with st_work_emit_tx(), the function the executor's effects use.
+ */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "st_test.h"
+#include "strand/util.h"
+#include "strand/work.h"
+
+static char instance_id[40];
+static char def_name[64];
+
+static long long wait_number(const char *sql, long long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    long long value = -1;
+    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
+        usleep(100 * 1000);
+    return value;
+}
+
+/* Emits one work event for `consumer` with short deadlines; returns its ack_guid. */
+static void emit(const char *consumer, int delivery_s, int processing_s, int max_raises,
+                 char guid[37])
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    json_t *consumers = json_pack("[{s:s, s:i, s:i, s:i}]", "consumer", consumer,
+                                  "delivery_timeout_s", delivery_s, "processing_timeout_s",
+                                  processing_s, "max_raises", max_raises);
+    json_t *payload = json_pack("{s:s}", "order", "1200345");
+    st_work_event_t ev = {.instance_id = instance_id, .kind = "hook", .event_code = "ShipOrder",
+                          .external_ref = "order-1200345", .env_code = "test",
+                          .definition = def_name, .definition_version = 1,
+                          .payload = payload, .consumers = consumers};
+    st_errbuf_t eb;
+    PQclear(PQexec(conn, "BEGIN"));
+    CU_ASSERT_EQUAL(st_work_emit_tx(conn, &ev, guid, &eb), ST_OK);
+    PQclear(PQexec(conn, "COMMIT"));
+    json_decref(consumers);
+    json_decref(payload);
+    PQfinish(conn);
+}
+
+static long ack(const char *guid, const char *consumer, const char *stage, const char *extra,
+                json_t **answer)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"ack_guid\":\"%s\",\"consumer\":\"%s\",\"stage\":\"%s\"%s%s}",
+             guid, consumer, stage, extra ? "," : "", extra ? extra : "");
+    return it_http(IT_API, "POST", "/v1/acks", body, answer);
+}
+
+static long long work_rows(const char *guid)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox o JOIN strand.work_events w"
+             " ON w.envelope = o.payload WHERE o.topic = 'work' AND w.ack_guid = '%s'", guid);
+    return it_sql_number(sql);
+}
+
+static void test_setup(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    char doc[512], body[256];
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"greet\",\"type\":\"set\",\"values\":{\"greeting\":\"'hello ' + input.name\"}},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"message\":\"state.greeting\"}}]}",
+             def_name);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/definitions", doc, NULL), 201);
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"name\":\"acks\"}}", def_name);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL_FATAL(it_http(IT_API, "POST", "/v1/instances", body, &answer), 201);
+    snprintf(instance_id, sizeof instance_id, "%s",
+             json_string_value(json_object_get(answer, "id")));
+    json_decref(answer);
+}
+
+static void test_delivered_then_processed(void)
+{
+    char guid[37];
+    emit("billing", 30, 300, 3, guid);
+    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'work'"
+                                " AND published_at IS NOT NULL", 1, 20) >= 1, 1);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(ack(guid, "billing", "delivered", NULL, &answer), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "stage")), "processing");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(ack(guid, "billing", "delivered", NULL, &answer), 200);   /* repeat: no-op */
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(ack(guid, "billing", "processed", "\"message\":\"shipped\"", &answer), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "stage")), "done");
+    json_decref(answer);
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'done' AND due_at IS NULL AND delivered_at IS NOT NULL", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_EQUAL(work_rows(guid), 1);   /* raised once, never again */
+}
+
+static void test_never_delivered_is_reraised_then_fails(void)
+{
+    char guid[37];
+    long long dead = it_sql_number("SELECT count(*) FROM strand.dead_letters");
+    emit("shipping", 1, 300, 2, guid);
+    /* raise at 0 s, re-raise at ~1 s and ~3 s, give up at ~7 s */
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'failed'", guid);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL(work_rows(guid), 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reraised'"
+             " AND detail->>'ack_guid' = '%s'", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 2);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_failed'"
+             " AND detail->>'ack_guid' = '%s' AND detail->>'notice' = 'DispatchFailure'", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.dead_letters"), dead + 1);
+    /* A late ACK for a failed stage changes nothing. */
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(ack(guid, "shipping", "processed", NULL, &answer), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+}
+
+static void test_processed_late_is_reminded(void)
+{
+    char guid[37];
+    emit("crm", 30, 1, 3, guid);
+    CU_ASSERT_EQUAL(ack(guid, "crm", "delivered", NULL, NULL), 200);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reminded'"
+             " AND detail->>'ack_guid' = '%s' AND detail->>'notice' = 'ProcessingReminderRaised'",
+             guid);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(ack(guid, "crm", "processed", NULL, NULL), 200);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'done' AND reminders >= 1", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+}
+
+static void test_failure_with_retry_at(void)
+{
+    char guid[37];
+    emit("erp", 300, 300, 3, guid);
+    char extra[128];
+    snprintf(extra, sizeof extra, "\"outcome\":\"failed\",\"error\":\"erp down\",\"retry_at_ms\":%lld",
+             st_now_ms() + 1000);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(ack(guid, "erp", "processed", extra, &answer), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "stage")), "delivery");
+    json_decref(answer);
+    /* Re-raised at retry_at (well before the 300 s delivery timeout). */
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reraised'"
+             " AND detail->>'ack_guid' = '%s'", guid);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(work_rows(guid), 2);
+    CU_ASSERT_EQUAL(ack(guid, "erp", "processed", NULL, NULL), 200);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'done' AND error = 'erp down'", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+}
+
+static void test_ack_validation(void)
+{
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(ack("00000000-0000-4000-8000-000000000000", "x", "delivered", NULL, NULL), 404);
+    CU_ASSERT_EQUAL(ack("not-a-guid", "x", "delivered", NULL, &answer), 400);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "field")), "/ack_guid");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(ack("00000000-0000-4000-8000-000000000000", "x", "eaten", NULL, &answer), 400);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "field")), "/stage");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(ack("00000000-0000-4000-8000-000000000000", "x", "processed",
+                        "\"outcome\":\"meh\"", NULL), 400);
+}
+
+static void test_monitor_metrics(void)
+{
+    char *text = NULL;
+    CU_ASSERT_EQUAL(it_http_text(IT_MONITOR, "/metrics", &text), 200);
+    CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, "strand_ack_raises_total{stage=\"delivery\"}") : NULL);
+    CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, "strand_notices_total{code=\"DispatchFailure\"} 1") : NULL);
+    free(text);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+int main(void)
+{
+    if (!it_init("test_acks"))
+        return 1;
+    snprintf(def_name, sizeof def_name, "acks-%ld-%d", (long)time(NULL), (int)getpid());
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite("acks", NULL, NULL);
+    CU_add_test(suite, "setup", test_setup);
+    CU_add_test(suite, "delivered then processed", test_delivered_then_processed);
+    CU_add_test(suite, "never delivered: re-raised, then fails", test_never_delivered_is_reraised_then_fails);
+    CU_add_test(suite, "processed late: reminded", test_processed_late_is_reminded);
+    CU_add_test(suite, "failure with retry_at", test_failure_with_retry_at);
+    CU_add_test(suite, "ack validation", test_ack_validation);
+    CU_add_test(suite, "monitor metrics", test_monitor_metrics);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    it_stop_all();
+    return failed == 0 && ran == 7 ? 0 : 1;
+}
