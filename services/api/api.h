@@ -109,5 +109,9 @@ void st_api_signals_register(st_api_t *api);
 void st_api_dead_letters_register(st_api_t *api);
 void st_api_tasks_register(st_api_t *api);
 void st_api_acks_register(st_api_t *api);
+void st_api_openapi_register(st_api_t *api);
+
+/* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
+int st_api_check_openapi(st_api_t *api);
 
 #endif

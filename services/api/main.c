@@ -2,7 +2,9 @@
  * strand-api: the HTTP ingress. Validates requests, writes state and outbox rows in
  * one transaction, and relays its outbox to Kafka. See README.md in this directory.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api.h"
 #include "ingress.h"
@@ -164,8 +166,41 @@ static int ingress_ready(void *ctx)
     return st_ingress_ready(ctx);
 }
 
-int main(void)
+static void register_routes(st_api_t *api)
 {
+    st_api_openapi_register(api);
+    st_api_definitions_register(api);
+    st_api_instances_register(api);
+    st_api_signals_register(api);
+    st_api_dead_letters_register(api);
+    st_api_tasks_register(api);
+    st_api_acks_register(api);
+}
+
+/* strand-api --check-openapi: the route table against docs/openapi.json. */
+static int check_openapi(void)
+{
+    st_service_t svc;
+    st_errbuf_t eb;
+    if (st_service_init_offline(&svc, "api", &eb) != ST_OK) {
+        fprintf(stderr, "strand-api: %s\n", eb.msg);
+        return 2;
+    }
+    st_api_t api = {.svc = &svc};
+    register_routes(&api);
+    int rc = st_api_check_openapi(&api);
+    st_service_close(&svc);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--check-openapi") == 0)
+        return check_openapi();
+    if (argc > 1) {
+        fprintf(stderr, "usage: strand-api [--check-openapi]  (configuration: docs/configuration.md)\n");
+        return 2;
+    }
     st_service_t svc;
     st_errbuf_t eb;
     if (st_service_init(&svc, "api", 8080, &eb) != ST_OK) {
@@ -205,12 +240,7 @@ int main(void)
     st_service_add_ready(&svc, "postgres", pg_ready, &api);
     st_service_add_ready(&svc, "kafka_ingress", ingress_ready, ingress);
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
-    st_api_definitions_register(&api);
-    st_api_instances_register(&api);
-    st_api_signals_register(&api);
-    st_api_dead_letters_register(&api);
-    st_api_tasks_register(&api);
-    st_api_acks_register(&api);
+    register_routes(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
     st_ingress_stop(ingress);

@@ -235,6 +235,14 @@ void st_http_route_public(st_http_server_t *srv, const char *method, const char 
     add_route(srv, method, pattern, fn, ctx, 1);
 }
 
+void st_http_routes_foreach(const st_http_server_t *srv,
+                            void (*fn)(const char *method, const char *pattern, void *ctx),
+                            void *ctx)
+{
+    for (const route_t *rt = srv->routes; rt != NULL; rt = rt->next)
+        fn(rt->method, rt->pattern, ctx);
+}
+
 void st_http_set_guard(st_http_server_t *srv, st_http_guard_fn fn, void *ctx)
 {
     srv->guard = fn;

@@ -48,6 +48,26 @@ static void handle_metrics(st_http_req_t *req, void *ctx)
     free(text);
 }
 
+static void add_public_routes(st_service_t *svc)
+{
+    st_http_route_public(svc->http, "GET", "/healthz", handle_healthz, svc);
+    st_http_route_public(svc->http, "GET", "/readyz", handle_readyz, svc);
+    st_http_route_public(svc->http, "GET", "/metrics", handle_metrics, svc);
+}
+
+st_err_t st_service_init_offline(st_service_t *svc, const char *name, st_errbuf_t *eb)
+{
+    memset(svc, 0, sizeof *svc);
+    snprintf(svc->cfg.service, sizeof svc->cfg.service, "%s", name);
+    svc->base = event_base_new();
+    if (svc->base == NULL)
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not create the event loop");
+    st_err_t err = st_http_server_new(svc->base, "127.0.0.1", 0, 1 << 20, &svc->http, eb);
+    if (err == ST_OK)
+        add_public_routes(svc);
+    return err;
+}
+
 st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
                          st_errbuf_t *eb)
 {
@@ -66,9 +86,7 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
                                       svc->cfg.max_body_bytes, &svc->http, eb);
     if (err != ST_OK)
         return err;
-    st_http_route_public(svc->http, "GET", "/healthz", handle_healthz, svc);
-    st_http_route_public(svc->http, "GET", "/readyz", handle_readyz, svc);
-    st_http_route_public(svc->http, "GET", "/metrics", handle_metrics, svc);
+    add_public_routes(svc);
     int sigs[2] = {SIGTERM, SIGINT};
     for (int i = 0; i < 2; i++) {
         struct event *ev = evsignal_new(svc->base, sigs[i], on_stop_signal, svc);

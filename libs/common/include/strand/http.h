@@ -33,6 +33,11 @@ void st_http_route(st_http_server_t *srv, const char *method, const char *patter
 void st_http_route_public(st_http_server_t *srv, const char *method, const char *pattern,
                           st_http_handler_fn fn, void *ctx);
 
+/* Calls `fn` for every registered route, in registration order. */
+void st_http_routes_foreach(const st_http_server_t *srv,
+                            void (*fn)(const char *method, const char *pattern, void *ctx),
+                            void *ctx);
+
 /* A guard runs before every non-public route; to refuse the request it answers
  * (e.g. 401) and returns 0. */
 typedef int (*st_http_guard_fn)(st_http_req_t *req, void *ctx);

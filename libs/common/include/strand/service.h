@@ -39,6 +39,11 @@ typedef struct {
 st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
                          st_errbuf_t *eb);
 
+/* For tools that only inspect a service's route table: an event loop and an HTTP
+ * server on an ephemeral loopback port, with the public routes; no configuration is
+ * read and nothing is connected. Free with st_service_close(). */
+st_err_t st_service_init_offline(st_service_t *svc, const char *name, st_errbuf_t *eb);
+
 /* Adds a readiness check; /readyz answers 200 only when all of them pass. `name`
  * must be a string literal or otherwise outlive the service. */
 void st_service_add_ready(st_service_t *svc, const char *name, st_ready_fn fn, void *ctx);
