@@ -9,7 +9,6 @@
  * 2 usage error, 3 the API could not be reached.
  */
 #include <curl/curl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,152 +185,328 @@ static void usage(void)
           "  instances list [--definition D] [--status S] [--business-ref R] [--limit N]\n"
           "                 [--cursor C]\n"
           "  instances wait ID [--timeout SECONDS]   wait until the instance ends\n"
-          "  health                          the API's readiness\n",
+          "  instances signal ID NAME [--payload JSON] [--request-id ID]\n"
+          "  instances cancel ID [--reason TEXT]\n"
+          "  instances terminate ID [--reason TEXT]   (admin)\n"
+          "  signals send NAME --business-ref R [--definition D] [--payload JSON]\n"
+          "  tasks list [--role R] [--assignee A] [--status S] [--instance-id ID] [--limit N]\n"
+          "             [--cursor C]\n"
+          "  tasks get ID\n"
+          "  tasks assign ID [--assignee A]\n"
+          "  tasks release ID\n"
+          "  tasks complete ID [--result JSON]\n"
+          "  acks send ACK_GUID CONSUMER delivered|processed [--outcome ok|failed]\n"
+          "            [--message M] [--error E] [--retry-at-ms MS] [--result JSON]\n"
+          "  dead-letters list [--status open|replayed|discarded] [--limit N] [--cursor C]\n"
+          "  dead-letters get ID\n"
+          "  dead-letters replay ID          (admin)\n"
+          "  dead-letters discard ID         (admin)\n"
+          "  health                          the API's readiness\n"
+          "Environment: STRAND_API_URL (default http://127.0.0.1:8080), STRAND_API_TOKEN.\n",
           stderr);
 }
 
-/* Appends "&key=value" (URL-escaped) to a query string. */
-static void add_query(CURL *curl, char *query, size_t len, const char *key, const char *value)
+/* Parsed command line of one subcommand: positional words and --key value options. */
+typedef struct {
+    int npos;
+    const char *pos[8];
+    json_t *opts;   /* {"key": "value"} */
+} args_t;
+
+/* Splits argv into positionals and --key value pairs; returns 0 on a dangling option. */
+static int parse_args(int argc, char **argv, args_t *a)
 {
-    if (value == NULL)
-        return;
-    char *escaped = curl_easy_escape(curl, value, 0);
-    size_t used = strlen(query);
-    snprintf(query + used, len - used, "%s%s=%s", used ? "&" : "?", key, escaped);
-    curl_free(escaped);
+    a->npos = 0;
+    a->opts = json_object();
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "strandctl: %s needs a value\n", argv[i]);
+                return 0;
+            }
+            json_object_set_new(a->opts, argv[i] + 2, json_string(argv[i + 1]));
+            i++;
+        } else if (a->npos < 8) {
+            a->pos[a->npos++] = argv[i];
+        }
+    }
+    return 1;
 }
 
-static int cmd_instances(const ctl_t *ctl, int argc, char **argv)
+static const char *opt(const args_t *a, const char *key)
 {
-    if (argc < 1) {
-        usage();
-        return 2;
+    return json_string_value(json_object_get(a->opts, key));
+}
+
+/* Copies option `key` into `body` as `field`: a string, or parsed JSON when `as_json`.
+ * Returns 0 (after a message) if the JSON does not parse. */
+static int copy_opt(const args_t *a, const char *key, json_t *body, const char *field, int as_json)
+{
+    const char *value = opt(a, key);
+    if (value == NULL)
+        return 1;
+    if (!as_json) {
+        json_object_set_new(body, field, json_string(value));
+        return 1;
     }
-    const char *sub = argv[0];
-    const char *version = NULL, *input = NULL, *ref = NULL, *rid = NULL, *def = NULL;
-    const char *status = NULL, *limit = NULL, *cursor = NULL, *timeout = "60";
-    static struct option opts[] = {{"version", required_argument, 0, 'v'},
-                                   {"input", required_argument, 0, 'i'},
-                                   {"business-ref", required_argument, 0, 'b'},
-                                   {"request-id", required_argument, 0, 'r'},
-                                   {"definition", required_argument, 0, 'd'},
-                                   {"status", required_argument, 0, 's'},
-                                   {"limit", required_argument, 0, 'l'},
-                                   {"cursor", required_argument, 0, 'c'},
-                                   {"timeout", required_argument, 0, 't'},
-                                   {0, 0, 0, 0}};
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'v': version = optarg; break;
-        case 'i': input = optarg; break;
-        case 'b': ref = optarg; break;
-        case 'r': rid = optarg; break;
-        case 'd': def = optarg; break;
-        case 's': status = optarg; break;
-        case 'l': limit = optarg; break;
-        case 'c': cursor = optarg; break;
-        case 't': timeout = optarg; break;
-        default: usage(); return 2;
-        }
+    json_error_t jerr;
+    json_t *parsed = json_loads(value, JSON_DECODE_ANY, &jerr);
+    if (parsed == NULL) {
+        fprintf(stderr, "strandctl: --%s is not valid JSON: %s\n", key, jerr.text);
+        return 0;
     }
-    char **rest = argv + optind;
-    int nrest = argc - optind;
-    char path[1024];
-    if (strcmp(sub, "start") == 0 && nrest == 1) {
-        json_t *body = json_pack("{s:s}", "definition", rest[0]);
-        if (version)
-            json_object_set_new(body, "version", json_integer(atoll(version)));
-        if (input) {
-            json_error_t jerr;
-            json_t *in = json_loads(input, 0, &jerr);
-            if (in == NULL) {
-                fprintf(stderr, "strandctl: --input is not valid JSON: %s\n", jerr.text);
-                json_decref(body);
-                return 2;
+    json_object_set_new(body, field, parsed);
+    return 1;
+}
+
+/* Appends "&key=value" (URL-escaped) for every option named in `keys`. */
+static void query_from_opts(const args_t *a, const char *const *keys, char *query, size_t len)
+{
+    CURL *curl = curl_easy_init();
+    query[0] = '\0';
+    for (int i = 0; keys[i] != NULL; i += 2) {
+        const char *value = opt(a, keys[i]);
+        if (value == NULL)
+            continue;
+        char *escaped = curl_easy_escape(curl, value, 0);
+        size_t used = strlen(query);
+        snprintf(query + used, len - used, "%s%s=%s", used ? "&" : "?", keys[i + 1], escaped);
+        curl_free(escaped);
+    }
+    curl_easy_cleanup(curl);
+}
+
+/* POSTs `body` (stolen) to `path` and prints the answer. */
+static int post(const ctl_t *ctl, const char *path, json_t *body, void (*human)(const json_t *))
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    int rc = run(ctl, "POST", path, text, human);
+    free(text);
+    return rc;
+}
+
+static int wait_instance(const ctl_t *ctl, const char *id, const char *timeout)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    time_t deadline = time(NULL) + atoi(timeout);
+    for (;;) {
+        json_t *answer = NULL;
+        long code = request(ctl, "GET", path, NULL, &answer);
+        const char *st = json_string_value(json_object_get(answer, "status"));
+        int ended = st && (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0 ||
+                           strcmp(st, "cancelled") == 0 || strcmp(st, "terminated") == 0);
+        if (code < 0 || code >= 300 || ended || time(NULL) >= deadline) {
+            int rc = code < 0 ? 3 : code >= 300 ? 1 : ended ? 0 : 1;
+            if (code >= 300)
+                print_problem(answer, code);
+            else if (answer && ctl->json_output) {
+                char *text = json_dumps(answer, JSON_INDENT(2));
+                puts(text);
+                free(text);
+            } else if (answer) {
+                print_object(answer);
             }
-            json_object_set_new(body, "input", in);
+            if (!ended && code >= 200 && code < 300)
+                fprintf(stderr, "strandctl: instance still %s after %s s\n", st, timeout);
+            json_decref(answer);
+            return rc;
         }
-        if (ref)
-            json_object_set_new(body, "business_ref", json_string(ref));
-        if (rid)
-            json_object_set_new(body, "request_id", json_string(rid));
-        char *text = json_dumps(body, JSON_COMPACT);
-        json_decref(body);
-        int rc = run(ctl, "POST", "/v1/instances", text, print_object);
-        free(text);
-        return rc;
+        json_decref(answer);
+        usleep(100 * 1000);
     }
-    if (strcmp(sub, "get") == 0 && nrest == 1) {
-        snprintf(path, sizeof path, "/v1/instances/%s", rest[0]);
+}
+
+static int cmd_instances(const ctl_t *ctl, const args_t *a)
+{
+    const char *sub = a->npos > 0 ? a->pos[0] : "";
+    char path[1024], query[900];
+    if (strcmp(sub, "start") == 0 && a->npos == 2) {
+        json_t *body = json_pack("{s:s}", "definition", a->pos[1]);
+        if (opt(a, "version"))
+            json_object_set_new(body, "version", json_integer(atoll(opt(a, "version"))));
+        if (!copy_opt(a, "input", body, "input", 1) ||
+            !copy_opt(a, "business-ref", body, "business_ref", 0) ||
+            !copy_opt(a, "request-id", body, "request_id", 0)) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/instances", body, print_object);
+    }
+    if (strcmp(sub, "get") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/instances/%s", a->pos[1]);
         return run(ctl, "GET", path, NULL, print_object);
     }
-    if (strcmp(sub, "list") == 0 && nrest == 0) {
-        char query[900] = "";
-        CURL *curl = curl_easy_init();
-        add_query(curl, query, sizeof query, "definition", def);
-        add_query(curl, query, sizeof query, "status", status);
-        add_query(curl, query, sizeof query, "business_ref", ref);
-        add_query(curl, query, sizeof query, "limit", limit);
-        add_query(curl, query, sizeof query, "cursor", cursor);
-        curl_easy_cleanup(curl);
+    if (strcmp(sub, "list") == 0 && a->npos == 1) {
+        static const char *const keys[] = {"definition", "definition", "status", "status",
+                                           "business-ref", "business_ref", "limit", "limit",
+                                           "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
         snprintf(path, sizeof path, "/v1/instances%s", query);
         return run(ctl, "GET", path, NULL, human_list);
     }
-    if (strcmp(sub, "wait") == 0 && nrest == 1) {
-        snprintf(path, sizeof path, "/v1/instances/%s", rest[0]);
-        time_t deadline = time(NULL) + atoi(timeout);
-        for (;;) {
-            json_t *answer = NULL;
-            long code = request(ctl, "GET", path, NULL, &answer);
-            const char *st = json_string_value(json_object_get(answer, "status"));
-            int ended = st && (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0 ||
-                               strcmp(st, "cancelled") == 0 || strcmp(st, "terminated") == 0);
-            if (code < 0 || (code >= 300) || ended || time(NULL) >= deadline) {
-                int rc = code < 0 ? 3 : code >= 300 ? 1 : ended ? 0 : 1;
-                if (code >= 300)
-                    print_problem(answer, code);
-                else if (answer && ctl->json_output) {
-                    char *text = json_dumps(answer, JSON_INDENT(2));
-                    puts(text);
-                    free(text);
-                } else if (answer) {
-                    print_object(answer);
-                }
-                if (!ended && code >= 200 && code < 300)
-                    fprintf(stderr, "strandctl: instance still %s after %s s\n", st, timeout);
-                json_decref(answer);
-                return rc;
-            }
-            json_decref(answer);
-            usleep(100 * 1000);
+    if (strcmp(sub, "wait") == 0 && a->npos == 2)
+        return wait_instance(ctl, a->pos[1], opt(a, "timeout") ? opt(a, "timeout") : "60");
+    if (strcmp(sub, "signal") == 0 && a->npos == 3) {
+        json_t *body = json_pack("{s:s}", "name", a->pos[2]);
+        if (!copy_opt(a, "payload", body, "payload", 1) ||
+            !copy_opt(a, "request-id", body, "request_id", 0)) {
+            json_decref(body);
+            return 2;
         }
+        snprintf(path, sizeof path, "/v1/instances/%s/signals", a->pos[1]);
+        return post(ctl, path, body, print_object);
+    }
+    if ((strcmp(sub, "cancel") == 0 || strcmp(sub, "terminate") == 0) && a->npos == 2) {
+        json_t *body = json_object();
+        copy_opt(a, "reason", body, "reason", 0);
+        snprintf(path, sizeof path, "/v1/instances/%s/%s", a->pos[1], sub);
+        return post(ctl, path, body, print_object);
     }
     usage();
     return 2;
 }
 
-static int cmd_definitions(const ctl_t *ctl, int argc, char **argv)
+static int cmd_signals(const ctl_t *ctl, const args_t *a)
+{
+    if (a->npos == 2 && strcmp(a->pos[0], "send") == 0 && opt(a, "business-ref")) {
+        json_t *body = json_pack("{s:s, s:s}", "name", a->pos[1], "business_ref",
+                                 opt(a, "business-ref"));
+        if (!copy_opt(a, "definition", body, "definition", 0) ||
+            !copy_opt(a, "payload", body, "payload", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/signals", body, print_object);
+    }
+    usage();
+    return 2;
+}
+
+static void human_tasks(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item) {
+        const char *assignee = json_string_value(json_object_get(item, "assignee"));
+        printf("%-36s  %-9s  %-24s  %s\n", json_string_value(json_object_get(item, "id")),
+               json_string_value(json_object_get(item, "status")),
+               json_string_value(json_object_get(item, "name")), assignee ? assignee : "-");
+    }
+    const char *next = json_string_value(json_object_get(answer, "next_cursor"));
+    if (next != NULL)
+        printf("(more: --cursor %s)\n", next);
+}
+
+static int cmd_tasks(const ctl_t *ctl, const args_t *a)
+{
+    const char *sub = a->npos > 0 ? a->pos[0] : "";
+    char path[1024], query[900];
+    if (strcmp(sub, "list") == 0 && a->npos == 1) {
+        static const char *const keys[] = {"role", "role", "assignee", "assignee", "status",
+                                           "status", "instance-id", "instance_id", "limit",
+                                           "limit", "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/tasks%s", query);
+        return run(ctl, "GET", path, NULL, human_tasks);
+    }
+    if (strcmp(sub, "get") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/tasks/%s", a->pos[1]);
+        return run(ctl, "GET", path, NULL, print_object);
+    }
+    if ((strcmp(sub, "assign") == 0 || strcmp(sub, "release") == 0 ||
+         strcmp(sub, "complete") == 0) && a->npos == 2) {
+        json_t *body = json_object();
+        if (!copy_opt(a, "assignee", body, "assignee", 0) ||
+            !copy_opt(a, "result", body, "result", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        snprintf(path, sizeof path, "/v1/tasks/%s/%s", a->pos[1], sub);
+        return post(ctl, path, body, print_object);
+    }
+    usage();
+    return 2;
+}
+
+static int cmd_acks(const ctl_t *ctl, const args_t *a)
+{
+    if (a->npos == 4 && strcmp(a->pos[0], "send") == 0) {
+        json_t *body = json_pack("{s:s, s:s, s:s}", "ack_guid", a->pos[1], "consumer", a->pos[2],
+                                 "stage", a->pos[3]);
+        if (opt(a, "retry-at-ms"))
+            json_object_set_new(body, "retry_at_ms", json_integer(atoll(opt(a, "retry-at-ms"))));
+        if (!copy_opt(a, "outcome", body, "outcome", 0) ||
+            !copy_opt(a, "message", body, "message", 0) ||
+            !copy_opt(a, "error", body, "error", 0) || !copy_opt(a, "result", body, "result", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/acks", body, print_object);
+    }
+    usage();
+    return 2;
+}
+
+static void human_dead_letters(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item)
+        printf("%-8lld  %-9s  %-24s  %s\n", (long long)json_integer_value(json_object_get(item, "id")),
+               json_string_value(json_object_get(item, "status")),
+               json_string_value(json_object_get(item, "source_topic")),
+               json_string_value(json_object_get(item, "reason")));
+    const char *next = json_string_value(json_object_get(answer, "next_cursor"));
+    if (next != NULL)
+        printf("(more: --cursor %s)\n", next);
+}
+
+static int cmd_dead_letters(const ctl_t *ctl, const args_t *a)
+{
+    const char *sub = a->npos > 0 ? a->pos[0] : "";
+    char path[1024], query[900];
+    if (strcmp(sub, "list") == 0 && a->npos == 1) {
+        static const char *const keys[] = {"status", "status", "limit", "limit", "cursor",
+                                           "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/dead-letters%s", query);
+        return run(ctl, "GET", path, NULL, human_dead_letters);
+    }
+    if (strcmp(sub, "get") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/dead-letters/%s", a->pos[1]);
+        return run(ctl, "GET", path, NULL, print_object);
+    }
+    if ((strcmp(sub, "replay") == 0 || strcmp(sub, "discard") == 0) && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/dead-letters/%s/%s", a->pos[1], sub);
+        return post(ctl, path, json_object(), print_object);
+    }
+    usage();
+    return 2;
+}
+
+static int cmd_definitions(const ctl_t *ctl, const args_t *a)
 {
     char path[1024];
-    if (argc == 2 && (strcmp(argv[0], "import") == 0 || strcmp(argv[0], "validate") == 0)) {
-        char *body = read_file(argv[1]);
+    const char *sub = a->npos > 0 ? a->pos[0] : "";
+    if (a->npos == 2 && (strcmp(sub, "import") == 0 || strcmp(sub, "validate") == 0)) {
+        char *body = read_file(a->pos[1]);
         if (body == NULL)
             return 2;
         int rc = run(ctl, "POST",
-                     strcmp(argv[0], "import") == 0 ? "/v1/definitions" : "/v1/definitions/validate",
+                     strcmp(sub, "import") == 0 ? "/v1/definitions" : "/v1/definitions/validate",
                      body, print_object);
         free(body);
         return rc;
     }
-    if (argc == 1 && strcmp(argv[0], "list") == 0)
+    if (a->npos == 1 && strcmp(sub, "list") == 0)
         return run(ctl, "GET", "/v1/definitions", NULL, human_list);
-    if ((argc == 2 || argc == 3) && strcmp(argv[0], "get") == 0) {
+    if ((a->npos == 2 || a->npos == 3) && strcmp(sub, "get") == 0) {
         CURL *curl = curl_easy_init();
-        char *name = curl_easy_escape(curl, argv[1], 0);
-        if (argc == 3)
-            snprintf(path, sizeof path, "/v1/definitions/%s/%s", name, argv[2]);
+        char *name = curl_easy_escape(curl, a->pos[1], 0);
+        if (a->npos == 3)
+            snprintf(path, sizeof path, "/v1/definitions/%s/%s", name, a->pos[2]);
         else
             snprintf(path, sizeof path, "/v1/definitions/%s", name);
         curl_free(name);
@@ -364,17 +539,28 @@ int main(int argc, char **argv)
         return 2;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    int rc;
-    if (strcmp(argv[i], "definitions") == 0)
-        rc = cmd_definitions(&ctl, argc - i - 1, argv + i + 1);
-    else if (strcmp(argv[i], "instances") == 0)
-        rc = cmd_instances(&ctl, argc - i - 1, argv + i + 1);
-    else if (strcmp(argv[i], "health") == 0)
-        rc = run(&ctl, "GET", "/readyz", NULL, print_object);
-    else {
-        usage();
+    args_t a;
+    int rc = 2;
+    const char *group = argv[i];
+    if (!parse_args(argc - i - 1, argv + i + 1, &a))
         rc = 2;
-    }
+    else if (strcmp(group, "definitions") == 0)
+        rc = cmd_definitions(&ctl, &a);
+    else if (strcmp(group, "instances") == 0)
+        rc = cmd_instances(&ctl, &a);
+    else if (strcmp(group, "signals") == 0)
+        rc = cmd_signals(&ctl, &a);
+    else if (strcmp(group, "tasks") == 0)
+        rc = cmd_tasks(&ctl, &a);
+    else if (strcmp(group, "acks") == 0)
+        rc = cmd_acks(&ctl, &a);
+    else if (strcmp(group, "dead-letters") == 0)
+        rc = cmd_dead_letters(&ctl, &a);
+    else if (strcmp(group, "health") == 0)
+        rc = run(&ctl, "GET", "/readyz", NULL, print_object);
+    else
+        usage();
+    json_decref(a.opts);
     curl_global_cleanup();
     return rc;
 }
