@@ -223,6 +223,11 @@ static void add_route(st_http_server_t *srv, const char *method, const char *pat
     srv->tail = &rt->next;
 }
 
+void *st_http_server_evhttp(st_http_server_t *srv)
+{
+    return srv->evhttp;
+}
+
 void st_http_route(st_http_server_t *srv, const char *method, const char *pattern,
                    st_http_handler_fn fn, void *ctx)
 {

@@ -24,6 +24,10 @@ st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body
                             st_http_server_t **out, st_errbuf_t *eb);
 void st_http_server_free(st_http_server_t *srv);
 
+/* The underlying struct evhttp * (for the fuzz harness, which feeds raw connections
+ * into the router). Borrowed; valid until st_http_server_free(). */
+void *st_http_server_evhttp(st_http_server_t *srv);
+
 /* Registers a route. `pattern` is a path with {name} segments ("/v1/instances/{id}").
  * Routes are matched in registration order; `method` is "GET", "POST", ...
  * The server's guard (if any) runs first. */
