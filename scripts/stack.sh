@@ -8,17 +8,17 @@
 # ready; `stop` stops only what this stack directory started (by PID file). Ports and
 # directories are configurable so that a test stack can run beside a developer's:
 #   STRAND_STACK_DIR   data, logs and PID files   (default: <repo>/.stack)
-#   STRAND_PG_PORT     PostgreSQL port            (default: 55432)
-#   STRAND_REDIS_PORT  Redis port                 (default: 56379)
-#   STRAND_KAFKA_PORT  Kafka broker port          (default: 59092; controller: +1)
+#   STRAND_PG_PORT     PostgreSQL port            (default: 15432)
+#   STRAND_REDIS_PORT  Redis port                 (default: 16379)
+#   STRAND_KAFKA_PORT  Kafka broker port          (default: 19092; controller: +1)
 # `env` prints the STRAND_* variables that point services at this stack.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 dir=${STRAND_STACK_DIR:-$repo/.stack}
-pg_port=${STRAND_PG_PORT:-55432}
-redis_port=${STRAND_REDIS_PORT:-56379}
-kafka_port=${STRAND_KAFKA_PORT:-59092}
+pg_port=${STRAND_PG_PORT:-15432}
+redis_port=${STRAND_REDIS_PORT:-16379}
+kafka_port=${STRAND_KAFKA_PORT:-19092}
 controller_port=$((kafka_port + 1))
 pg_bin=/usr/lib/postgresql/15/bin
 

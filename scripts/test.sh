@@ -7,8 +7,8 @@
 #   4. runs every ctest test (unit and integration) in both builds, and the fuzzers
 #      briefly when a clang build is available,
 #   5. always stops that stack and removes its directory, also on failure.
-# Environment: STRAND_TEST_PG_PORT (45432), STRAND_TEST_REDIS_PORT (46379),
-# STRAND_TEST_KAFKA_PORT (49092), STRAND_TEST_PORT_BASE (18080: service HTTP ports).
+# Environment: STRAND_TEST_PG_PORT (25432), STRAND_TEST_REDIS_PORT (26379),
+# STRAND_TEST_KAFKA_PORT (29092), STRAND_TEST_PORT_BASE (18080: service HTTP ports).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -21,9 +21,9 @@ scripts/build.sh asan
 export STRAND_STACK_DIR
 STRAND_STACK_DIR=$(mktemp -d /tmp/strand-test-stack.XXXXXX)
 chmod 755 "$STRAND_STACK_DIR"
-export STRAND_PG_PORT=${STRAND_TEST_PG_PORT:-45432}
-export STRAND_REDIS_PORT=${STRAND_TEST_REDIS_PORT:-46379}
-export STRAND_KAFKA_PORT=${STRAND_TEST_KAFKA_PORT:-49092}
+export STRAND_PG_PORT=${STRAND_TEST_PG_PORT:-25432}
+export STRAND_REDIS_PORT=${STRAND_TEST_REDIS_PORT:-26379}
+export STRAND_KAFKA_PORT=${STRAND_TEST_KAFKA_PORT:-29092}
 cleanup() {
   scripts/stack.sh stop || true
   rm -rf "$STRAND_STACK_DIR"
