@@ -295,8 +295,133 @@ static void handle_list(st_http_req_t *req, void *ctx)
     st_http_reply_json(req, 200, body);
 }
 
+static const char *const sql_history_page =
+    "SELECT id, kind, detail::text, at FROM strand.history WHERE instance_id = $1::uuid"
+    " AND id > $2::bigint ORDER BY id LIMIT $3";
+static const char *const sql_runtime_view =
+    "SELECT rs.state_version, rs.snapshot::text, rs.waiting_kind, rs.waiting_token,"
+    " rs.waiting_until, rs.last_signal_id, rs.last_error::text, rs.last_executed_by,"
+    " rs.last_executed_at,"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'name', t.name, 'status', t.status,"
+    "   'roles', t.roles, 'assignee', t.assignee, 'deadline_at', t.deadline_at)), '[]')::text"
+    "   FROM strand.tasks t WHERE t.instance_id = rs.instance_id AND t.status IN ('open', 'assigned')),"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'transport', c.transport,"
+    "   'status', c.status, 'attempt', c.attempt)), '[]')::text"
+    "   FROM strand.calls c WHERE c.instance_id = rs.instance_id AND c.status IN ('pending', 'sent')),"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_object('ack_guid', a.ack_guid, 'consumer', a.consumer,"
+    "   'stage', a.stage, 'due_at', a.due_at, 'raises', a.raises)), '[]')::text"
+    "   FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
+    "   WHERE w.instance_id = rs.instance_id AND a.due_at IS NOT NULL),"
+    " (SELECT count(*) FROM strand.signal_buffer b WHERE b.instance_id = rs.instance_id)"
+    " FROM strand.runtime_states rs WHERE rs.instance_id = $1::uuid";
+
+static json_t *json_column(PGresult *res, int row, int col)
+{
+    json_error_t jerr;
+    json_t *value = PQgetisnull(res, row, col) ? NULL
+                                               : json_loads(PQgetvalue(res, row, col),
+                                                            JSON_DECODE_ANY, &jerr);
+    return value ? value : json_null();
+}
+
+/* GET /v1/instances/{id}/history?after=&limit=: the timeline, oldest first. */
+static void handle_history(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *id = st_http_param(req, "id");
+    const char *after = st_http_query(req, "after");
+    const char *limit_text = st_http_query(req, "limit");
+    int limit = limit_text ? atoi(limit_text) : 200;
+    st_answer_t answer = {0};
+    PGconn *conn = NULL;
+    if (!st_uuid_valid(id))
+        st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
+    else if (limit <= 0 || limit > 1000)
+        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 1000", "/limit", NULL);
+    else if (after && (strlen(after) > 18 || strspn(after, "0123456789") != strlen(after)))
+        st_answer_problem(&answer, 400, "invalid_cursor", "after must be an entry id", "/after", NULL);
+    else
+        conn = st_api_conn(api, &answer);
+    if (conn != NULL) {
+        char limit_param[16];
+        snprintf(limit_param, sizeof limit_param, "%d", limit);
+        const char *params[] = {id, after ? after : "0", limit_param};
+        st_errbuf_t eb;
+        PGresult *res = NULL;
+        st_err_t err = st_pg_exec(conn, sql_history_page, 3, params, &res, &eb);
+        if (err != ST_OK) {
+            st_answer_error(&answer, err, &eb);
+        } else {
+            json_t *items = json_array();
+            int n = PQntuples(res);
+            for (int i = 0; i < n; i++)
+                json_array_append_new(items, json_pack("{s:I, s:s, s:o, s:s}", "id",
+                                                       (json_int_t)atoll(PQgetvalue(res, i, 0)),
+                                                       "kind", PQgetvalue(res, i, 1), "detail",
+                                                       json_column(res, i, 2), "at",
+                                                       PQgetvalue(res, i, 3)));
+            json_t *body = json_pack("{s:o}", "items", items);
+            json_object_set_new(body, "next_after", n == limit ? json_string(PQgetvalue(res, n - 1, 0))
+                                                               : json_null());
+            st_answer_set(&answer, 200, body);
+        }
+        PQclear(res);
+    }
+    st_api_reply(req, &answer);
+}
+
+/* GET /v1/instances/{id}/runtime: "why is it waiting" - the snapshot, the wait, and
+ * what the instance waits on (open tasks, calls in flight, overdue-tracked ACKs,
+ * buffered signals). */
+static void handle_runtime(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *id = st_http_param(req, "id");
+    st_answer_t answer = {0};
+    PGconn *conn = NULL;
+    if (!st_uuid_valid(id))
+        st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
+    else
+        conn = st_api_conn(api, &answer);
+    if (conn != NULL) {
+        const char *params[] = {id};
+        st_errbuf_t eb;
+        PGresult *res = NULL;
+        st_err_t err = st_pg_exec(conn, sql_runtime_view, 1, params, &res, &eb);
+        if (err != ST_OK) {
+            st_answer_error(&answer, err, &eb);
+        } else if (PQntuples(res) == 0) {
+            st_answer_problem(&answer, 404, "instance_not_found", "no such instance", NULL, NULL);
+        } else {
+            json_t *waiting = json_null();
+            if (!PQgetisnull(res, 0, 2)) {
+                waiting = json_object();
+                set_text_column(waiting, "kind", res, 0, 2);
+                set_text_column(waiting, "token", res, 0, 3);
+                set_text_column(waiting, "until", res, 0, 4);
+            }
+            json_t *body = json_pack("{s:s, s:I, s:o, s:o}", "id", id, "state_version",
+                                     (json_int_t)atoll(PQgetvalue(res, 0, 0)), "waiting", waiting,
+                                     "snapshot", json_column(res, 0, 1));
+            set_text_column(body, "last_signal_id", res, 0, 5);
+            json_object_set_new(body, "last_error", json_column(res, 0, 6));
+            set_text_column(body, "last_executed_by", res, 0, 7);
+            set_text_column(body, "last_executed_at", res, 0, 8);
+            json_object_set_new(body, "open_tasks", json_column(res, 0, 9));
+            json_object_set_new(body, "calls_in_flight", json_column(res, 0, 10));
+            json_object_set_new(body, "pending_acks", json_column(res, 0, 11));
+            json_object_set_new(body, "buffered_signals", json_integer(atoll(PQgetvalue(res, 0, 12))));
+            st_answer_set(&answer, 200, body);
+        }
+        PQclear(res);
+    }
+    st_api_reply(req, &answer);
+}
+
 void st_api_instances_register(st_api_t *api)
 {
+    st_http_route(api->svc->http, "GET", "/v1/instances/{id}/history", handle_history, api);
+    st_http_route(api->svc->http, "GET", "/v1/instances/{id}/runtime", handle_runtime, api);
     st_api_route_command(api, "/v1/instances", st_cmd_start);
     st_http_route(api->svc->http, "GET", "/v1/instances", handle_list, api);
     st_http_route(api->svc->http, "GET", "/v1/instances/{id}", handle_get, api);

@@ -220,6 +220,37 @@ static void test_redelivered_start_is_applied_once(void)
     free(id);
 }
 
+static void test_history_and_runtime_views(void)
+{
+    long status = 0;
+    char *id = start_instance("views", NULL, &status);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    json_t *done = wait_ended(id, 60);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    char path[128];
+    json_t *answer = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s/history", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    json_t *first = json_array_get(json_object_get(answer, "items"), 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(first, "kind")), "wakeup");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(first, "detail"),
+                                                             "signal_type")), "START");
+    json_decref(answer);
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(answer, "state_version")), 1);
+    CU_ASSERT_TRUE(json_is_null(json_object_get(answer, "waiting")));
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(answer, "open_tasks")), 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(answer, "snapshot"),
+                                                             "status")), "completed");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/instances/00000000-0000-4000-8000-000000000000/runtime",
+                            NULL, NULL), 404);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/instances/x/history", NULL, NULL), 400);
+    free(id);
+}
+
 static void test_bad_requests(void)
 {
     json_t *answer = NULL;
@@ -250,8 +281,8 @@ static void test_list_paginates(void)
     snprintf(path, sizeof path, "/v1/instances?definition=%s&limit=500&cursor=%s", def_name, cursor);
     json_t *rest = NULL;
     CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &rest), 200);
-    /* BATCH + ada + bob instances in all; pages must not overlap. */
-    CU_ASSERT_EQUAL(json_array_size(json_object_get(rest, "items")), BATCH + 2 - 10);
+    /* BATCH + ada + bob + views instances in all; pages must not overlap. */
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(rest, "items")), BATCH + 3 - 10);
     json_decref(page);
     json_decref(rest);
 }
@@ -324,6 +355,7 @@ int main(void)
     CU_add_test(suite, "batch runs to completion", test_batch_runs_to_completion);
     CU_add_test(suite, "start is idempotent by request_id", test_start_is_idempotent_by_request_id);
     CU_add_test(suite, "redelivered START is applied once", test_redelivered_start_is_applied_once);
+    CU_add_test(suite, "history and runtime views", test_history_and_runtime_views);
     CU_add_test(suite, "bad requests get clear errors", test_bad_requests);
     CU_add_test(suite, "list paginates", test_list_paginates);
     CU_add_test(suite, "metrics exposed", test_metrics_exposed);
@@ -334,5 +366,5 @@ int main(void)
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     it_stop_all();
-    return failed == 0 && ran == 10 ? 0 : 1;
+    return failed == 0 && ran == 11 ? 0 : 1;
 }
