@@ -1,0 +1,70 @@
+/*
+ * engine.h - the engine core: canonical definitions and the run-to-wait interpreter.
+ *
+ * A pure library: no I/O, no clocks (time comes in as an argument), no globals beyond
+ * the function catalog. Services compile a definition document once (st_defn_compile)
+ * and run instances against it (st_interp_run): given the stored snapshot and one
+ * event, the interpreter runs until the instance must wait or ends, and returns the
+ * new snapshot plus the effects the service must persist in the same transaction.
+ * The document formats and the snapshot are described in docs/definitions.md.
+ */
+#ifndef STRAND_ENGINE_H
+#define STRAND_ENGINE_H
+
+#include <jansson.h>
+
+#include "strand/err.h"
+#include "strand/expr.h"
+
+typedef struct st_defn st_defn_t;   /* compiled, validated definition; immutable */
+
+/* Compiles a front-end document into a canonical definition. `doc` is borrowed.
+ * The document's "kind" is "flow" (or "canonical", a stored canonical form).
+ * On success returns ST_OK and *out (caller frees with st_defn_free()); *problems is
+ * set to NULL. On failure returns ST_ERR_INVALID and *problems = a new JSON array of
+ * {"pointer": "/steps/2/next", "message": "..."} listing every problem found (caller
+ * decrefs); nothing is half-built. */
+st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems);
+void st_defn_free(st_defn_t *defn);
+const char *st_defn_name(const st_defn_t *defn);        /* borrowed */
+int st_defn_version(const st_defn_t *defn);
+const char *st_defn_kind(const st_defn_t *defn);        /* "flow"; borrowed */
+const json_t *st_defn_canonical(const st_defn_t *defn); /* borrowed, valid until free */
+
+/* Outcome of one run. */
+typedef enum { ST_RUN_WAITING = 1, ST_RUN_COMPLETED, ST_RUN_FAILED } st_run_status_t;
+
+typedef struct {
+    json_t *snapshot;          /* new snapshot; caller owns */
+    json_t *effects;           /* JSON array of effects; caller owns */
+    st_run_status_t status;
+} st_run_result_t;
+
+/* Runs an instance until it must wait or ends. Pure: no I/O.
+ * snapshot: NULL for a new instance (the event must then be START), else the stored
+ *   snapshot (borrowed).
+ * event: {"type": "START"|"TASK_COMPLETED"|"SIGNAL"|"TIMER_DUE"|"RETRY_DUE"|
+ *   "CALL_RESULT"|"CHILD_COMPLETED", "token": "...", "name": "...", "payload": {...},
+ *   "input": {...} (START only)} (borrowed).
+ * now_ms: the caller's wall clock; instance_id: names tokens and idempotency keys.
+ * Returns ST_OK with *result filled (release with st_run_result_close()).
+ * ST_ERR_STALE: the event answers no current wait (wrong token, ended instance,
+ *   START twice); *result is left empty and nothing may change.
+ * ST_ERR_CONFLICT: a named SIGNAL the instance does not wait for right now; the
+ *   caller may buffer it and deliver it when the instance waits for that name.
+ * A failing expression or step fails the instance (ST_RUN_FAILED), it is not an
+ * error of the call. */
+st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                       const char *instance_id, long long now_ms,
+                       st_run_result_t *result, st_errbuf_t *eb);
+
+/* Releases both JSON values and zeroes the result. */
+void st_run_result_close(st_run_result_t *result);
+
+/* The name of the signal a waiting snapshot waits for, or NULL. Borrowed from the
+ * snapshot. Lets a service deliver a buffered signal after a run. */
+const char *st_snapshot_waiting_signal(const json_t *snapshot);
+
+#define ST_SNAPSHOT_SCHEMA_VERSION 1
+
+#endif

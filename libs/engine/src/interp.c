@@ -1,0 +1,770 @@
+/*
+ * interp.c - the run-to-wait interpreter (see engine.h, docs/definitions.md).
+ *
+ * Snapshot (a JSON object, schema_version 1):
+ *   status   running | waiting | completed | failed
+ *   input    the START input;  state: the instance's variables
+ *   threads  [{id, parent, stack: [{path, index, loop?}], wait: {...}|null, done}]
+ *            thread 0 is the main line; parallel branches are further threads
+ *   waiting  the first open wait, for display (kind, token, until_ms, name)
+ *   seq      counter behind waiting tokens;  output / error when ended
+ * A stack frame points at a list of steps by JSON pointer into the definition and the
+ * index of the next step. A run resumes the thread whose wait the event answers, then
+ * runs every runnable thread until each waits or ends. All changes happen on a copy
+ * of the snapshot, so a failed call leaves the caller's snapshot untouched.
+ */
+#include "strand/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+
+/* Step pointers are built with snprintf into fixed buffers. The validator refuses any
+ * definition whose pointers would exceed ST_MAX_POINTER (see check_step), so no
+ * pointer of an accepted definition is ever cut; GCC cannot see that bound. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+typedef struct {
+    const st_defn_t *defn;
+    json_t *snap;          /* owned working copy */
+    json_t *effects;       /* owned */
+    const json_t *event;   /* borrowed */
+    const char *instance_id;
+    long long now_ms;
+    int steps;
+    int ended;             /* completed or failed */
+    st_errbuf_t *eb;
+} run_t;
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static const json_t *resolve(const run_t *r, const char *pointer)
+{
+    /* JSON pointer into the canonical definition ("/steps/1/then"). */
+    const json_t *node = st_defn_canonical(r->defn);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", pointer);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, "/", &save); tok && node; tok = strtok_r(NULL, "/", &save)) {
+        if (json_is_array(node))
+            node = json_array_get(node, (size_t)atol(tok));
+        else
+            node = json_object_get(node, tok);
+    }
+    return node;
+}
+
+static const char *str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+static json_t *scope_of(run_t *r)
+{
+    const json_t *payload = r->event ? json_object_get(r->event, "payload") : NULL;
+    return json_pack("{s:O, s:O, s:O, s:I}", "input", json_object_get(r->snap, "input"), "state",
+                     json_object_get(r->snap, "state"), "event", payload ? payload : json_null(),
+                     "now_ms", (json_int_t)r->now_ms);
+}
+
+/* Evaluates an expression field: strings are expressions, other JSON is literal.
+ * Returns a new reference or NULL with eb set. */
+static json_t *eval_value(run_t *r, const json_t *field)
+{
+    if (field == NULL)
+        return json_null();
+    if (!json_is_string(field))
+        return json_deep_copy(field);
+    json_t *scope = scope_of(r);
+    json_t *out = NULL;
+    st_expr_eval_text(json_string_value(field), scope, &out, r->eb);
+    json_decref(scope);
+    return out;
+}
+
+/* Evaluates an expression map (strings at any depth are expressions). */
+static json_t *eval_map(run_t *r, const json_t *map)
+{
+    if (map == NULL)
+        return json_object();
+    if (json_is_string(map))
+        return eval_value(r, map);
+    if (json_is_object(map)) {
+        json_t *out = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)map, k, v) {
+            json_t *e = eval_map(r, v);
+            if (e == NULL) {
+                json_decref(out);
+                return NULL;
+            }
+            json_object_set_new(out, k, e);
+        }
+        return out;
+    }
+    if (json_is_array(map)) {
+        json_t *out = json_array();
+        size_t i;
+        json_t *v;
+        json_array_foreach(map, i, v) {
+            json_t *e = eval_map(r, v);
+            if (e == NULL) {
+                json_decref(out);
+                return NULL;
+            }
+            json_array_append_new(out, e);
+        }
+        return out;
+    }
+    return json_deep_copy(map);
+}
+
+static long long eval_ms(run_t *r, const json_t *field, int *ok)
+{
+    json_t *v = eval_value(r, field);
+    *ok = 0;
+    long long ms = 0;
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        ms = json_integer_value(v);
+        *ok = 1;
+    } else if (json_is_string(v)) {
+        json_t *arg = v;
+        st_errbuf_t eb;
+        json_t *scope = json_pack("{s:O}", "x", arg);
+        json_t *d = NULL;
+        if (st_expr_eval_text("duration(x)", scope, &d, &eb) == ST_OK) {
+            ms = json_integer_value(d);
+            *ok = 1;
+        } else {
+            st_err_set(r->eb, ST_ERR_INVALID, "%s", eb.msg);
+        }
+        json_decref(d);
+        json_decref(scope);
+    } else if (v != NULL) {
+        st_err_set(r->eb, ST_ERR_INVALID, "a duration must be milliseconds or a text like '5m'");
+    }
+    json_decref(v);
+    return ms;
+}
+
+static void new_token(run_t *r, char *out, size_t len)
+{
+    json_int_t seq = json_integer_value(json_object_get(r->snap, "seq")) + 1;
+    json_object_set_new(r->snap, "seq", json_integer(seq));
+    snprintf(out, len, "%s/%lld", r->instance_id, (long long)seq);
+}
+
+static void effect(run_t *r, json_t *e)
+{
+    json_array_append_new(r->effects, e);
+}
+
+static void end_instance(run_t *r, const char *status, json_t *output, json_t *error)
+{
+    json_object_set_new(r->snap, "status", json_string(status));
+    json_object_set_new(r->snap, "output", output ? output : json_null());
+    json_object_set_new(r->snap, "error", error ? error : json_null());
+    effect(r, json_pack("{s:s, s:O, s:O}", "type", status[0] == 'c' ? "complete" : "fail",
+                        "output", json_object_get(r->snap, "output"), "error",
+                        json_object_get(r->snap, "error")));
+    r->ended = 1;
+}
+
+/* Fails the instance with the message in r->eb and the step's pointer. */
+static void fail_step(run_t *r, const char *step_path)
+{
+    end_instance(r, "failed", NULL,
+                 json_pack("{s:s, s:s, s:s}", "code", "step_failed", "message", r->eb->msg,
+                           "step", step_path));
+}
+
+static json_t *threads(run_t *r)
+{
+    return json_object_get(r->snap, "threads");
+}
+
+static json_t *push_frame(json_t *thread, const char *path)
+{
+    json_t *frame = json_pack("{s:s, s:i}", "path", path, "index", 0);
+    json_array_append_new(json_object_get(thread, "stack"), frame);
+    return frame;
+}
+
+static void set_var(run_t *r, const json_t *step, json_t *value)
+{
+    const char *var = str(step, "result");
+    if (var == NULL)
+        var = str(step, "id");
+    json_object_set_new(json_object_get(r->snap, "state"), var, value);
+}
+
+/* ---- waits -------------------------------------------------------------------------- */
+
+static void wait_on(json_t *thread, json_t *wait)
+{
+    json_object_set_new(thread, "wait", wait);
+}
+
+static void start_call(run_t *r, json_t *thread, const json_t *step, const char *step_path,
+                       int attempt)
+{
+    json_t *request = eval_map(r, json_object_get(step, "request"));
+    int ok = 1;
+    long long timeout = json_object_get(step, "timeout") ? eval_ms(r, json_object_get(step, "timeout"), &ok)
+                                                         : 30000;
+    if (request == NULL || !ok) {
+        json_decref(request);
+        fail_step(r, step_path);
+        return;
+    }
+    char token[160], key[300];
+    new_token(r, token, sizeof token);
+    snprintf(key, sizeof key, "%s:%s:%d", r->instance_id, str(step, "id"), attempt);
+    json_t *e = json_pack("{s:s, s:s, s:o, s:I, s:i, s:s, s:s}", "type", "make_call", "transport",
+                          str(step, "transport"), "request", request, "timeout_ms",
+                          (json_int_t)timeout, "attempt", attempt, "idempotency_key", key,
+                          "token", token);
+    if (json_object_get(step, "consumers"))
+        json_object_set(e, "consumers", json_object_get(step, "consumers"));
+    json_object_set(e, "event_code", json_object_get(step, "id"));
+    effect(r, e);
+    wait_on(thread, json_pack("{s:s, s:s, s:s, s:i}", "kind", "call", "token", token, "step",
+                              step_path, "attempt", attempt));
+}
+
+/* ---- executing one step -------------------------------------------------------------- */
+
+typedef enum { STEP_NEXT, STEP_WAIT } step_outcome_t;
+
+static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
+                                const char *step_path)
+{
+    const char *type = str(step, "type");
+    char p[560];
+    if (strcmp(type, "set") == 0) {
+        json_t *values = eval_map(r, json_object_get(step, "values"));
+        if (values == NULL) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        json_object_update(json_object_get(r->snap, "state"), values);
+        json_decref(values);
+    } else if (strcmp(type, "if") == 0) {
+        json_t *c = eval_value(r, json_object_get(step, "condition"));
+        if (c == NULL) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        int t = st_expr_truthy(c);
+        json_decref(c);
+        if (t || json_object_get(step, "else")) {
+            snprintf(p, sizeof p, "%s/%s", step_path, t ? "then" : "else");
+            push_frame(thread, p);
+        }
+    } else if (strcmp(type, "switch") == 0) {
+        size_t i;
+        json_t *cs;
+        json_array_foreach(json_object_get(step, "cases"), i, cs) {
+            json_t *c = eval_value(r, json_object_get(cs, "when"));
+            if (c == NULL) {
+                fail_step(r, step_path);
+                return STEP_NEXT;
+            }
+            int t = st_expr_truthy(c);
+            json_decref(c);
+            if (t) {
+                snprintf(p, sizeof p, "%s/cases/%zu/steps", step_path, i);
+                push_frame(thread, p);
+                return STEP_NEXT;
+            }
+        }
+        if (json_object_get(step, "default")) {
+            snprintf(p, sizeof p, "%s/default", step_path);
+            push_frame(thread, p);
+        }
+    } else if (strcmp(type, "while") == 0 || strcmp(type, "repeat") == 0) {
+        int is_while = type[0] == 'w';
+        json_t *c = eval_value(r, json_object_get(step, is_while ? "condition" : "times"));
+        if (c == NULL) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        long long times = is_while ? (st_expr_truthy(c) ? 1 : 0)
+                                   : json_is_integer(c) ? json_integer_value(c) : -1;
+        json_decref(c);
+        if (times < 0 || times > ST_MAX_LOOP) {
+            st_err_set(r->eb, ST_ERR_INVALID, "repeat times must be an integer from 0 to %d", ST_MAX_LOOP);
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        if (times > 0) {
+            snprintf(p, sizeof p, "%s/body", step_path);
+            json_t *frame = push_frame(thread, p);
+            json_object_set_new(frame, "loop", json_pack("{s:s, s:i, s:I}", "step", step_path,
+                                                         "iteration", 1, "times", (json_int_t)times));
+        }
+    } else if (strcmp(type, "task") == 0) {
+        json_t *payload = eval_map(r, json_object_get(step, "payload"));
+        int ok = 1;
+        long long deadline = json_object_get(step, "deadline")
+                                 ? eval_ms(r, json_object_get(step, "deadline"), &ok) : -1;
+        if (payload == NULL || !ok) {
+            json_decref(payload);
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        char token[160];
+        new_token(r, token, sizeof token);
+        const json_t *roles = json_object_get(step, "roles");
+        json_t *e = json_pack("{s:s, s:s, s:O, s:o, s:s, s:s}", "type", "open_task", "name",
+                              str(step, "name"), "roles", roles ? roles : json_array(), "payload",
+                              payload, "token", token, "step", step_path);
+        if (deadline >= 0)
+            json_object_set_new(e, "deadline_ms", json_integer(r->now_ms + deadline));
+        effect(r, e);
+        wait_on(thread, json_pack("{s:s, s:s, s:s, s:s}", "kind", "task", "token", token, "step",
+                                  step_path, "name", str(step, "name")));
+        return STEP_WAIT;
+    } else if (strcmp(type, "wait_signal") == 0) {
+        char token[160];
+        new_token(r, token, sizeof token);
+        json_t *wait = json_pack("{s:s, s:s, s:s, s:s}", "kind", "signal", "token", token, "step",
+                                 step_path, "name", str(step, "name"));
+        if (json_object_get(step, "timeout")) {
+            int ok;
+            long long ms = eval_ms(r, json_object_get(step, "timeout"), &ok);
+            if (!ok) {
+                json_decref(wait);
+                fail_step(r, step_path);
+                return STEP_NEXT;
+            }
+            json_object_set_new(wait, "until_ms", json_integer(r->now_ms + ms));
+            effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms",
+                                (json_int_t)(r->now_ms + ms), "token", token, "kind", "timer"));
+        }
+        wait_on(thread, wait);
+        return STEP_WAIT;
+    } else if (strcmp(type, "timer") == 0) {
+        int ok;
+        const json_t *until = json_object_get(step, "until");
+        long long due = until ? eval_ms(r, until, &ok) : r->now_ms + eval_ms(r, json_object_get(step, "delay"), &ok);
+        if (!ok) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        char token[160];
+        new_token(r, token, sizeof token);
+        effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms", (json_int_t)due,
+                            "token", token, "kind", "timer"));
+        wait_on(thread, json_pack("{s:s, s:s, s:s, s:I}", "kind", "timer", "token", token, "step",
+                                  step_path, "until_ms", (json_int_t)due));
+        return STEP_WAIT;
+    } else if (strcmp(type, "call") == 0) {
+        start_call(r, thread, step, step_path, 1);
+        return r->ended ? STEP_NEXT : STEP_WAIT;
+    } else if (strcmp(type, "subworkflow") == 0) {
+        json_t *input = eval_map(r, json_object_get(step, "input"));
+        if (input == NULL) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        char token[160];
+        new_token(r, token, sizeof token);
+        json_t *e = json_pack("{s:s, s:s, s:o, s:s}", "type", "start_child", "definition",
+                              str(step, "definition"), "input", input, "token", token);
+        if (json_object_get(step, "version"))
+            json_object_set(e, "version", json_object_get(step, "version"));
+        effect(r, e);
+        wait_on(thread, json_pack("{s:s, s:s, s:s}", "kind", "child", "token", token, "step",
+                                  step_path));
+        return STEP_WAIT;
+    } else if (strcmp(type, "parallel") == 0) {
+        json_t *all = threads(r);
+        size_t nbranches = json_array_size(json_object_get(step, "branches"));
+        if (json_array_size(all) + nbranches > ST_MAX_THREADS) {
+            st_err_set(r->eb, ST_ERR_LIMIT, "more than %d parallel branches alive", ST_MAX_THREADS);
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        json_t *children = json_array();
+        for (size_t i = 0; i < nbranches; i++) {
+            json_int_t id = (json_int_t)json_integer_value(json_object_get(r->snap, "next_thread"));
+            json_object_set_new(r->snap, "next_thread", json_integer(id + 1));
+            json_t *child = json_pack("{s:I, s:I, s:[], s:n, s:b}", "id", id, "parent",
+                                      json_integer_value(json_object_get(thread, "id")), "stack",
+                                      "wait", "done", 0);
+            snprintf(p, sizeof p, "%s/branches/%zu", step_path, i);
+            push_frame(child, p);
+            json_array_append_new(all, child);
+            json_array_append_new(children, json_integer(id));
+        }
+        const char *join = str(step, "join");
+        wait_on(thread, json_pack("{s:s, s:s, s:o, s:s, s:i}", "kind", "join", "step", step_path,
+                                  "children", children, "mode", join ? join : "all", "finished", 0));
+        return STEP_WAIT;
+    } else if (strcmp(type, "complete") == 0) {
+        json_t *output = eval_map(r, json_object_get(step, "output"));
+        if (output == NULL)
+            fail_step(r, step_path);
+        else
+            end_instance(r, "completed", output, NULL);
+    } else if (strcmp(type, "fail") == 0) {
+        json_t *error = eval_map(r, json_object_get(step, "error"));
+        if (error == NULL)
+            fail_step(r, step_path);
+        else
+            end_instance(r, "failed", NULL, error);
+    }
+    return STEP_NEXT;
+}
+
+/* ---- threads -------------------------------------------------------------------------- */
+
+static json_t *thread_by_id(run_t *r, json_int_t id)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(threads(r), i, t)
+        if (json_integer_value(json_object_get(t, "id")) == id)
+            return t;
+    return NULL;
+}
+
+/* Marks a thread and its descendants done (their waits become stale). */
+static void cancel_thread(run_t *r, json_t *t)
+{
+    json_object_set_new(t, "done", json_true());
+    json_object_set_new(t, "wait", json_null());
+    json_int_t id = json_integer_value(json_object_get(t, "id"));
+    size_t i;
+    json_t *c;
+    json_array_foreach(threads(r), i, c)
+        if (json_integer_value(json_object_get(c, "parent")) == id &&
+            !json_is_true(json_object_get(c, "done")))
+            cancel_thread(r, c);
+}
+
+/* A branch ended: update its parent's join, releasing the parent when it is met. */
+static void branch_done(run_t *r, json_t *t)
+{
+    json_t *parent = thread_by_id(r, json_integer_value(json_object_get(t, "parent")));
+    json_t *wait = parent ? json_object_get(parent, "wait") : NULL;
+    if (wait == NULL || strcmp(str(wait, "kind"), "join") != 0)
+        return;
+    int finished = (int)json_integer_value(json_object_get(wait, "finished")) + 1;
+    json_object_set_new(wait, "finished", json_integer(finished));
+    int any = strcmp(str(wait, "mode"), "any") == 0;
+    if (!any && (size_t)finished < json_array_size(json_object_get(wait, "children")))
+        return;
+    size_t i;
+    json_t *id;
+    json_array_foreach(json_object_get(wait, "children"), i, id) {
+        json_t *c = thread_by_id(r, json_integer_value(id));
+        if (c && !json_is_true(json_object_get(c, "done")))
+            cancel_thread(r, c);
+    }
+    json_object_set_new(parent, "wait", json_null());
+}
+
+/* Runs one thread until it waits or its stack empties. */
+static void run_thread(run_t *r, json_t *thread)
+{
+    json_t *stack = json_object_get(thread, "stack");
+    while (!r->ended && json_is_null(json_object_get(thread, "wait"))) {
+        size_t depth = json_array_size(stack);
+        if (depth == 0) {
+            json_object_set_new(thread, "done", json_true());
+            if (json_integer_value(json_object_get(thread, "id")) == 0)
+                end_instance(r, "completed", NULL, NULL);   /* fell off the end */
+            else
+                branch_done(r, thread);
+            return;
+        }
+        if (++r->steps > ST_MAX_STEPS_PER_RUN) {
+            st_err_set(r->eb, ST_ERR_LIMIT, "more than %d steps in one run (a loop without a wait?)",
+                       ST_MAX_STEPS_PER_RUN);
+            fail_step(r, "");
+            return;
+        }
+        json_t *frame = json_array_get(stack, depth - 1);
+        const char *path = str(frame, "path");
+        const json_t *list = resolve(r, path);
+        json_int_t index = json_integer_value(json_object_get(frame, "index"));
+        if (index >= (json_int_t)json_array_size(list)) {
+            json_t *loop = json_object_get(frame, "loop");
+            if (loop != NULL) {
+                const json_t *lstep = resolve(r, str(loop, "step"));
+                json_int_t iteration = json_integer_value(json_object_get(loop, "iteration"));
+                int again;
+                if (strcmp(str(lstep, "type"), "while") == 0) {
+                    json_t *c = eval_value(r, json_object_get(lstep, "condition"));
+                    if (c == NULL) {
+                        fail_step(r, str(loop, "step"));
+                        return;
+                    }
+                    again = st_expr_truthy(c);
+                    json_decref(c);
+                    if (again && iteration >= json_integer_value(json_object_get(lstep, "max_iterations"))) {
+                        st_err_set(r->eb, ST_ERR_LIMIT, "while loop reached max_iterations (%lld)",
+                                   (long long)iteration);
+                        fail_step(r, str(loop, "step"));
+                        return;
+                    }
+                } else {
+                    again = iteration < json_integer_value(json_object_get(loop, "times"));
+                }
+                if (again) {
+                    json_object_set_new(loop, "iteration", json_integer(iteration + 1));
+                    json_object_set_new(frame, "index", json_integer(0));
+                    continue;
+                }
+            }
+            json_array_remove(stack, depth - 1);
+            continue;
+        }
+        json_object_set_new(frame, "index", json_integer(index + 1));
+        char step_path[560];
+        snprintf(step_path, sizeof step_path, "%s/%lld", path, (long long)index);
+        exec_step(r, thread, json_array_get(list, (size_t)index), step_path);
+    }
+}
+
+/* Runs every runnable thread until all wait or the instance ends. */
+static void run_all(run_t *r)
+{
+    int progress = 1;
+    while (progress && !r->ended) {
+        progress = 0;
+        for (size_t i = 0; i < json_array_size(threads(r)) && !r->ended; i++) {
+            json_t *t = json_array_get(threads(r), i);
+            if (json_is_true(json_object_get(t, "done")) || !json_is_null(json_object_get(t, "wait")))
+                continue;
+            run_thread(r, t);
+            progress = 1;
+        }
+    }
+}
+
+/* ---- resuming a wait -------------------------------------------------------------------- */
+
+static json_t *find_waiting(run_t *r, const char *token, const char *signal_name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(threads(r), i, t) {
+        json_t *w = json_object_get(t, "wait");
+        if (json_is_true(json_object_get(t, "done")) || !json_is_object(w) || str(w, "token") == NULL)
+            continue;
+        if (token != NULL && strcmp(str(w, "token"), token) == 0)
+            return t;
+        if (token == NULL && signal_name != NULL && strcmp(str(w, "kind"), "signal") == 0 &&
+            strcmp(str(w, "name"), signal_name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+/* Applies the event to the waiting thread. Returns ST_ERR_STALE when the event does
+ * not fit the wait. */
+static st_err_t resume(run_t *r, json_t *thread, const char *type)
+{
+    json_t *wait = json_deep_copy(json_object_get(thread, "wait"));
+    const char *kind = str(wait, "kind");
+    const char *step_path = str(wait, "step");
+    const json_t *step = resolve(r, step_path);
+    const json_t *payload = json_object_get(r->event, "payload");
+    char p[600];
+    st_err_t err = ST_OK;
+    json_object_set_new(thread, "wait", json_null());
+    if (strcmp(kind, "task") == 0 && strcmp(type, "TASK_COMPLETED") == 0) {
+        const json_t *result = json_object_get(payload, "result");
+        set_var(r, step, result ? json_deep_copy(result) : json_object());
+    } else if (strcmp(kind, "signal") == 0 && strcmp(type, "SIGNAL") == 0) {
+        set_var(r, step, payload ? json_deep_copy(payload) : json_object());
+    } else if (strcmp(kind, "signal") == 0 && strcmp(type, "TIMER_DUE") == 0) {
+        snprintf(p, sizeof p, "%s/on_timeout", step_path);
+        push_frame(thread, p);
+    } else if (strcmp(kind, "timer") == 0 && strcmp(type, "TIMER_DUE") == 0) {
+        /* nothing to record: the time has come */
+    } else if (strcmp(kind, "call") == 0 && strcmp(type, "CALL_RESULT") == 0) {
+        const json_t *result = json_object_get(payload, "result");
+        int attempt = (int)json_integer_value(json_object_get(wait, "attempt"));
+        if (json_is_true(json_object_get(result, "ok"))) {
+            const json_t *body = json_object_get(result, "body");
+            set_var(r, step, body ? json_deep_copy(body) : json_null());
+        } else {
+            const json_t *retry = json_object_get(step, "retry");
+            int max = retry ? (int)json_integer_value(json_object_get(retry, "max_attempts")) : 1;
+            if (attempt < max) {
+                long long backoff = json_integer_value(json_object_get(retry, "backoff_ms"));
+                const json_t *m = json_object_get(retry, "multiplier");
+                double mult = m ? json_number_value(m) : 2.0;
+                long long delay = (long long)((double)(backoff ? backoff : 1000) * pow(mult, attempt - 1));
+                char token[160];
+                new_token(r, token, sizeof token);
+                effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms",
+                                    (json_int_t)(r->now_ms + delay), "token", token, "kind", "retry"));
+                wait_on(thread, json_pack("{s:s, s:s, s:s, s:i, s:I}", "kind", "retry", "token", token,
+                                          "step", step_path, "attempt", attempt, "until_ms",
+                                          (json_int_t)(r->now_ms + delay)));
+            } else if (json_object_get(step, "on_failure")) {
+                set_var(r, step, json_pack("{s:O, s:i}", "error", result ? result : json_null(),
+                                           "attempts", attempt));
+                snprintf(p, sizeof p, "%s/on_failure", step_path);
+                push_frame(thread, p);
+            } else {
+                end_instance(r, "failed", NULL,
+                             json_pack("{s:s, s:s, s:O, s:i}", "code", "call_failed", "step",
+                                       step_path, "result", result ? result : json_null(),
+                                       "attempts", attempt));
+            }
+        }
+    } else if (strcmp(kind, "retry") == 0 &&
+               (strcmp(type, "TIMER_DUE") == 0 || strcmp(type, "RETRY_DUE") == 0)) {
+        start_call(r, thread, step, step_path, (int)json_integer_value(json_object_get(wait, "attempt")) + 1);
+    } else if (strcmp(kind, "child") == 0 && strcmp(type, "CHILD_COMPLETED") == 0) {
+        if (strcmp(str(payload, "status") ? str(payload, "status") : "", "completed") == 0) {
+            const json_t *output = json_object_get(payload, "output");
+            set_var(r, step, output ? json_deep_copy(output) : json_null());
+        } else if (json_object_get(step, "on_failure")) {
+            const json_t *error = json_object_get(payload, "error");
+            set_var(r, step, json_pack("{s:O}", "error", error ? error : json_null()));
+            snprintf(p, sizeof p, "%s/on_failure", step_path);
+            push_frame(thread, p);
+        } else {
+            const json_t *error = json_object_get(payload, "error");
+            end_instance(r, "failed", NULL,
+                         json_pack("{s:s, s:s, s:O}", "code", "child_failed", "step", step_path,
+                                   "error", error ? error : json_null()));
+        }
+    } else {
+        json_object_set(thread, "wait", wait);   /* not an answer to this wait */
+        err = ST_ERR_STALE;
+    }
+    json_decref(wait);
+    return err;
+}
+
+/* ---- the entry point ------------------------------------------------------------------ */
+
+static void finish_snapshot(run_t *r)
+{
+    if (r->ended) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(threads(r), i, t)
+            cancel_thread(r, t);
+    }
+    json_t *display = json_null();
+    size_t i;
+    json_t *t;
+    json_array_foreach(threads(r), i, t) {
+        json_t *w = json_object_get(t, "wait");
+        if (json_is_object(w) && str(w, "token") != NULL) {
+            display = json_pack("{s:s, s:s}", "kind", str(w, "kind"), "token", str(w, "token"));
+            if (json_object_get(w, "until_ms"))
+                json_object_set(display, "until_ms", json_object_get(w, "until_ms"));
+            if (str(w, "name"))
+                json_object_set(display, "name", json_object_get(w, "name"));
+            break;
+        }
+    }
+    json_object_set_new(r->snap, "waiting", display);
+    if (!r->ended)
+        json_object_set_new(r->snap, "status", json_string(json_is_null(display) ? "running" : "waiting"));
+}
+
+st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                       const char *instance_id, long long now_ms, st_run_result_t *result,
+                       st_errbuf_t *eb)
+{
+    st_errbuf_t local;
+    run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
+               .eb = eb ? eb : &local, .effects = json_array()};
+    memset(result, 0, sizeof *result);
+    const char *type = str(event, "type");
+    if (type == NULL) {
+        json_decref(r.effects);
+        return st_err_set(r.eb, ST_ERR_INVALID, "the event has no type");
+    }
+    st_err_t err = ST_OK;
+    if (snapshot == NULL) {
+        if (strcmp(type, "START") != 0) {
+            json_decref(r.effects);
+            return st_err_set(r.eb, ST_ERR_STALE, "the instance has not started");
+        }
+        const json_t *input = json_object_get(event, "input");
+        r.snap = json_pack("{s:i, s:s, s:O, s:{}, s:[{s:i, s:n, s:n, s:[{s:s, s:i}], s:b}],"
+                           " s:i, s:i, s:n, s:n, s:n}",
+                           "schema_version", ST_SNAPSHOT_SCHEMA_VERSION, "status", "running",
+                           "input", json_is_object(input) ? input : json_object(), "state",
+                           "threads", "id", 0, "parent", "wait", "stack", "path", "/steps",
+                           "index", 0, "done", 0, "seq", 0, "next_thread", 1, "waiting",
+                           "output", "error");
+    } else {
+        const char *status = str(snapshot, "status");
+        if (json_integer_value(json_object_get(snapshot, "schema_version")) != ST_SNAPSHOT_SCHEMA_VERSION) {
+            json_decref(r.effects);
+            return st_err_set(r.eb, ST_ERR_INVALID, "unknown snapshot schema version");
+        }
+        if (strcmp(type, "START") == 0 || status == NULL || strcmp(status, "completed") == 0 ||
+            strcmp(status, "failed") == 0) {
+            json_decref(r.effects);
+            return st_err_set(r.eb, ST_ERR_STALE, "the instance has already %s",
+                              strcmp(type, "START") == 0 ? "started" : "ended");
+        }
+        r.snap = json_deep_copy(snapshot);
+        const char *token = str(event, "token");
+        const char *name = str(event, "name");
+        json_t *thread = find_waiting(&r, token, strcmp(type, "SIGNAL") == 0 ? name : NULL);
+        if (thread == NULL) {
+            err = token == NULL && strcmp(type, "SIGNAL") == 0 && name != NULL
+                      ? st_err_set(r.eb, ST_ERR_CONFLICT, "the instance does not wait for signal '%s' now", name)
+                      : st_err_set(r.eb, ST_ERR_STALE, "no current wait has this token");
+        } else {
+            err = resume(&r, thread, type);
+            if (err == ST_ERR_STALE)
+                st_err_set(r.eb, ST_ERR_STALE, "a %s event does not answer a %s wait", type,
+                           str(json_object_get(thread, "wait"), "kind"));
+        }
+    }
+    if (err != ST_OK) {
+        json_decref(r.snap);
+        json_decref(r.effects);
+        return err;
+    }
+    run_all(&r);
+    finish_snapshot(&r);
+    const char *status = str(r.snap, "status");
+    result->status = strcmp(status, "completed") == 0 ? ST_RUN_COMPLETED
+                     : strcmp(status, "failed") == 0  ? ST_RUN_FAILED
+                                                      : ST_RUN_WAITING;
+    result->snapshot = r.snap;
+    result->effects = r.effects;
+    return ST_OK;
+}
+
+void st_run_result_close(st_run_result_t *result)
+{
+    json_decref(result->snapshot);
+    json_decref(result->effects);
+    result->snapshot = NULL;
+    result->effects = NULL;
+}
+
+const char *st_snapshot_waiting_signal(const json_t *snapshot)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(snapshot, "threads"), i, t) {
+        json_t *w = json_object_get(t, "wait");
+        if (!json_is_true(json_object_get(t, "done")) && json_is_object(w) && str(w, "kind") &&
+            strcmp(str(w, "kind"), "signal") == 0)
+            return str(w, "name");
+    }
+    return NULL;
+}
