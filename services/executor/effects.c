@@ -10,6 +10,7 @@
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
+#include "strand/timer.h"
 #include "strand/util.h"
 #include "strand/work.h"
 
@@ -222,6 +223,13 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
             err = start_child_tx(conn, instance_id, effect, eb);
         else if (strcmp(type, "make_call") == 0)
             err = make_call_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "set_timer") == 0)
+            err = json_is_integer(json_object_get(effect, "due_ms")) && string_field(effect, "token")
+                      ? st_timer_schedule_tx(conn, instance_id, string_field(effect, "token"),
+                                             string_field(effect, "kind") ? string_field(effect, "kind") : "timer",
+                                             (long long)json_integer_value(json_object_get(effect, "due_ms")),
+                                             NULL, eb)
+                      : st_err_set(eb, ST_ERR_INVALID, "set_timer effect lacks due_ms or token");
         else if (strcmp(type, "emit_work") == 0)
             err = emit_work_tx(conn, instance_id, effect, NULL, eb);
         else if (strcmp(type, "emit_notice") == 0)

@@ -158,8 +158,9 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
                                      &eb);
         if (err == ST_OK) {
             st_metric_observe(ex->m_duration, st_mono_s() - started);
-            st_metric_inc(outcome == ST_WAKE_APPLIED ? ex->m_applied : ex->m_dropped);
-            if (outcome != ST_WAKE_APPLIED)
+            st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED
+                              ? ex->m_applied : ex->m_dropped);
+            if (outcome != ST_WAKE_APPLIED && outcome != ST_WAKE_BUFFERED)
                 st_log_info("signal dropped", "signal=%s instance=%s outcome=%s",
                             sig.signal_id, sig.instance_id, st_wake_outcome_name(outcome));
             commit = 1;

@@ -113,6 +113,7 @@ const char *st_wake_outcome_name(st_wake_outcome_t outcome)
     case ST_WAKE_DUPLICATE: return "duplicate";
     case ST_WAKE_STALE: return "stale";
     case ST_WAKE_UNKNOWN: return "unknown_instance";
+    case ST_WAKE_BUFFERED: return "buffered";
     }
     return "unknown";
 }
@@ -294,6 +295,72 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
     return err;
 }
 
+static const char *const sql_buffer_insert =
+    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload)"
+    " VALUES ($1::uuid, $2, $3, $4::jsonb)";
+static const char *const sql_buffer_take =
+    "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
+    " WHERE instance_id = $1::uuid AND name = $2 ORDER BY id LIMIT 1 FOR UPDATE)"
+    " RETURNING signal_id, payload::text";
+
+#define MAX_BUFFERED_PER_WAKEUP 100
+
+/* Keeps a named signal the instance does not wait for yet (or that arrived before it
+ * started); it is delivered when the instance waits for that name. */
+static st_err_t buffer_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
+{
+    char *payload = sig->payload ? json_dumps(sig->payload, JSON_COMPACT) : strdup("{}");
+    const char *params[] = {sig->instance_id, sig->name, sig->signal_id, payload};
+    st_err_t err = st_pg_exec(conn, sql_buffer_insert, 4, params, NULL, eb);
+    free(payload);
+    const char *outcome_params[] = {sig->signal_id, "buffered"};
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_processed_outcome, 2, outcome_params, NULL, eb);
+    if (err == ST_OK)
+        err = history_add_tx(conn, sig->instance_id, "signal_buffered",
+                             json_pack("{s:s, s:s}", "signal_id", sig->signal_id, "name", sig->name),
+                             eb);
+    return err;
+}
+
+/* While the run left the instance waiting for a named signal that is buffered, feeds
+ * it in (same transaction), accumulating effects. */
+static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_signal_t *sig,
+                                st_run_result_t *run, st_errbuf_t *eb)
+{
+    for (int n = 0; n < MAX_BUFFERED_PER_WAKEUP && run->status == ST_RUN_WAITING; n++) {
+        const char *name = st_snapshot_waiting_signal(run->snapshot);
+        if (name == NULL)
+            return ST_OK;
+        const char *params[] = {sig->instance_id, name};
+        PGresult *res = NULL;
+        st_err_t err = st_pg_exec(conn, sql_buffer_take, 2, params, &res, eb);
+        if (err != ST_OK)
+            return err;
+        if (PQntuples(res) == 0) {
+            PQclear(res);
+            return ST_OK;
+        }
+        json_error_t jerr;
+        json_t *payload = json_loads(PQgetvalue(res, 0, 1), 0, &jerr);
+        json_t *event = json_pack("{s:s, s:s, s:s, s:o}", "type", "SIGNAL", "name", name,
+                                  "signal_id", PQgetvalue(res, 0, 0), "payload",
+                                  payload ? payload : json_object());
+        PQclear(res);
+        st_run_result_t next = {0};
+        err = st_interp_run(defn, run->snapshot, event, sig->instance_id, st_now_ms(), &next, eb);
+        json_decref(event);
+        if (err != ST_OK)
+            return err;
+        json_array_extend(run->effects, next.effects);
+        json_decref(run->snapshot);
+        json_decref(next.effects);
+        run->snapshot = next.snapshot;
+        run->status = next.status;
+    }
+    return ST_OK;
+}
+
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
@@ -360,7 +427,17 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         }
     }
     event = event_from_signal(sig, PQgetvalue(state, 0, 4));
-    err = st_interp_run(defn, snapshot, event, sig->instance_id, st_now_ms(), &run, eb);
+    if (snapshot == NULL && sig->type == ST_SIGNAL_EXTERNAL)
+        err = ST_ERR_CONFLICT;   /* arrived before START ran: keep it */
+    else
+        err = st_interp_run(defn, snapshot, event, sig->instance_id, st_now_ms(), &run, eb);
+    if (err == ST_ERR_CONFLICT && sig->type == ST_SIGNAL_EXTERNAL && sig->name[0]) {
+        *outcome = ST_WAKE_BUFFERED;
+        err = buffer_tx(conn, sig, eb);
+        goto finish;
+    }
+    if (err == ST_OK)
+        err = drain_buffer_tx(conn, defn, sig, &run, eb);
     if (err == ST_ERR_STALE) {
         *outcome = ST_WAKE_STALE;
         err = drop_tx(conn, sig, *outcome, "StaleSignal",

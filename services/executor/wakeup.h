@@ -21,6 +21,7 @@ typedef enum {
     ST_WAKE_DUPLICATE,     /* this signal id was processed before: nothing changed */
     ST_WAKE_STALE,         /* wrong version/token or instance ended: dropped with a notice */
     ST_WAKE_UNKNOWN,       /* no such instance: dropped with a notice */
+    ST_WAKE_BUFFERED,      /* a named signal the instance does not wait for yet: kept */
 } st_wake_outcome_t;
 
 typedef struct st_defcache st_defcache_t;
