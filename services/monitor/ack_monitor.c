@@ -1,13 +1,12 @@
 /* ack_monitor.c - re-raises and reminders for overdue ACKs (see ack_monitor.h). */
 #include "ack_monitor.h"
 
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
+#include "strand/due_loop.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -18,15 +17,13 @@
 #include "strand/work.h"
 
 #define CLAIM_BATCH 200
-#define MAX_SLEEP_MS 60000
 #define BACKOFF_CAP_EXP 6    /* deadlines grow to at most 64 x the stage timeout */
 
 struct st_ack_monitor {
     st_service_t *svc;
-    pthread_t thread;
-    int stop_pipe[2];
-    PGconn *conn;
-    int pg_up;   /* atomic */
+    st_due_loop_t *loop;
+    PGconn *conn;          /* the loop's connection, set for the batch in hand */
+    time_t last_sample;
     st_metric_t *m_reraised, *m_reminded, *m_failed, *m_cycle, *m_pending;
 };
 
@@ -113,8 +110,10 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
 }
 
 /* One batch in one transaction; returns rows handled or -1 on a database error. */
-static int process_due(st_ack_monitor_t *m)
+static int process_due(PGconn *conn, void *ctx)
 {
+    st_ack_monitor_t *m = ctx;
+    m->conn = conn;
     st_errbuf_t eb;
     double started = st_mono_s();
     PGresult *rows = NULL;
@@ -138,20 +137,6 @@ static int process_due(st_ack_monitor_t *m)
     return n;
 }
 
-/* Milliseconds until the earliest deadline (capped), or MAX_SLEEP_MS if none. */
-static int next_wait_ms(st_ack_monitor_t *m)
-{
-    st_errbuf_t eb;
-    PGresult *res = NULL;
-    int wait = MAX_SLEEP_MS;
-    if (st_pg_exec(m->conn, sql_next_due, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
-        long long ms = atoll(PQgetvalue(res, 0, 0));
-        wait = ms < 0 ? 0 : ms > MAX_SLEEP_MS ? MAX_SLEEP_MS : (int)ms + 1;
-    }
-    PQclear(res);
-    return wait;
-}
-
 static void sample_pending(st_ack_monitor_t *m)
 {
     st_errbuf_t eb;
@@ -161,60 +146,23 @@ static void sample_pending(st_ack_monitor_t *m)
     PQclear(res);
 }
 
-static void *monitor_main(void *arg)
-{
-    st_ack_monitor_t *m = arg;
-    time_t last_sample = 0;
-    while (!st_service_stopping(m->svc)) {
-        st_errbuf_t eb;
-        if (m->conn == NULL || PQstatus(m->conn) != CONNECTION_OK) {
-            if (m->conn != NULL)
-                PQfinish(m->conn);
-            m->conn = NULL;
-            __atomic_store_n(&m->pg_up, 0, __ATOMIC_RELEASE);
-            if (st_pg_connect(m->svc->cfg.pg_dsn, "strand-monitor", &m->conn, &eb) != ST_OK ||
-                st_pg_exec(m->conn, "LISTEN " ST_WORK_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
-                st_log_warn("monitor could not connect to PostgreSQL", "%s", eb.msg);
-                struct pollfd p = {.fd = m->stop_pipe[0], .events = POLLIN};
-                poll(&p, 1, 1000);
-                continue;
-            }
-            __atomic_store_n(&m->pg_up, 1, __ATOMIC_RELEASE);
-        }
-        int n;
-        while ((n = process_due(m)) == CLAIM_BATCH && !st_service_stopping(m->svc))
-            ;
-        if (n < 0)
-            continue;
-        if (time(NULL) - last_sample >= 15) {
-            sample_pending(m);
-            last_sample = time(NULL);
-        }
-        /* Sleep until the earliest deadline or a change (NOTIFY), whichever first. */
-        PQconsumeInput(m->conn);
-        PGnotify *note = PQnotifies(m->conn);
-        if (note != NULL) {
-            do
-                PQfreemem(note);
-            while ((note = PQnotifies(m->conn)) != NULL);
-            continue;
-        }
-        struct pollfd pfd[2] = {{.fd = PQsocket(m->conn), .events = POLLIN},
-                                {.fd = m->stop_pipe[0], .events = POLLIN}};
-        poll(pfd, 2, next_wait_ms(m));
-        PQconsumeInput(m->conn);
-        while ((note = PQnotifies(m->conn)) != NULL)
-            PQfreemem(note);
-    }
-    if (m->conn != NULL)
-        PQfinish(m->conn);
-    return NULL;
-}
-
-static int pg_ready(void *ctx)
+/* Milliseconds until the earliest ACK deadline, or -1 if there is none. */
+static long long next_wait_ms(PGconn *conn, void *ctx)
 {
     st_ack_monitor_t *m = ctx;
-    return __atomic_load_n(&m->pg_up, __ATOMIC_ACQUIRE);
+    if (time(NULL) - m->last_sample >= 15) {
+        sample_pending(m);
+        m->last_sample = time(NULL);
+    }
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    long long wait = -1;
+    if (st_pg_exec(conn, sql_next_due, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
+        long long ms = atoll(PQgetvalue(res, 0, 0));
+        wait = ms < 0 ? 0 : ms + 1;
+    }
+    PQclear(res);
+    return wait;
 }
 
 st_err_t st_ack_monitor_start(st_service_t *svc, st_ack_monitor_t **out, st_errbuf_t *eb)
@@ -233,11 +181,13 @@ st_err_t st_ack_monitor_start(st_service_t *svc, st_ack_monitor_t **out, st_errb
                                       "Duration of one ACK monitor batch", NULL);
     m->m_pending = st_metrics_gauge("strand_acks_pending",
                                     "ACK stages with a deadline (sampled every 15 s)", NULL);
-    if (pipe(m->stop_pipe) != 0 || pthread_create(&m->thread, NULL, monitor_main, m) != 0) {
+    st_due_loop_config_t cfg = {"monitor", ST_WORK_CHANNEL, CLAIM_BATCH, process_due,
+                                next_wait_ms, m};
+    st_err_t err = st_due_loop_start(svc, &cfg, &m->loop, eb);
+    if (err != ST_OK) {
         free(m);
-        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the ACK monitor");
+        return err;
     }
-    st_service_add_ready(svc, "postgres", pg_ready, m);
     *out = m;
     return ST_OK;
 }
@@ -246,10 +196,6 @@ void st_ack_monitor_stop(st_ack_monitor_t *m)
 {
     if (m == NULL)
         return;
-    ssize_t ignored = write(m->stop_pipe[1], "x", 1);
-    (void)ignored;
-    pthread_join(m->thread, NULL);
-    close(m->stop_pipe[0]);
-    close(m->stop_pipe[1]);
+    st_due_loop_stop(m->loop);
     free(m);
 }

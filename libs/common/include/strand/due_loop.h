@@ -1,0 +1,41 @@
+/*
+ * due_loop.h - a thread that acts on rows when they fall due, without a polling tick.
+ *
+ * Shared by the scheduler (timers) and the monitor (ACK deadlines). The thread keeps a
+ * PostgreSQL connection that LISTENs on one channel and repeats: claim and handle a
+ * batch of due rows (the owner's `process`, which commits); while batches come back
+ * full, go again; then sleep until the earliest deadline (the owner's `next_wait_ms`,
+ * one index lookup), a NOTIFY on the channel, or a stop request, whichever comes
+ * first. Lost connections are re-opened with backoff.
+ */
+#ifndef STRAND_DUE_LOOP_H
+#define STRAND_DUE_LOOP_H
+
+#include <libpq-fe.h>
+
+#include "strand/err.h"
+#include "strand/service.h"
+
+typedef struct {
+    const char *name;        /* for logs and the application_name */
+    const char *channel;     /* NOTIFY channel that signals a new or earlier deadline */
+    int batch;               /* rows per claim; a full batch means "go again" */
+    /* Claims and handles due rows in its own transaction; returns how many, or -1 on a
+     * database error (the loop reconnects if the connection is gone). */
+    int (*process)(PGconn *conn, void *ctx);
+    /* Milliseconds until the earliest deadline; -1 if there is none. */
+    long long (*next_wait_ms)(PGconn *conn, void *ctx);
+    void *ctx;
+} st_due_loop_config_t;
+
+typedef struct st_due_loop st_due_loop_t;
+
+/* Starts the thread; `cfg` is copied. Registers a "postgres" readiness check on svc.
+ * Caller stops it with st_due_loop_stop(). */
+st_err_t st_due_loop_start(st_service_t *svc, const st_due_loop_config_t *cfg,
+                           st_due_loop_t **out, st_errbuf_t *eb);
+
+/* Finishes the batch in hand, stops the thread and frees. */
+void st_due_loop_stop(st_due_loop_t *loop);
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * test_workflows.c - workflow features end to end on the real servers: an HTTP call,
+ * a human task completed through the API, an external signal that arrives before the
+ * instance waits for it (buffered), a durable timer fired by the scheduler, a parallel
+ * join over a subworkflow, and completion with every result mapped into the output.
+ * Also: call retries with backoff ending on the failure path, cancellation of a
+ * waiting instance, and a stale task completion that changes nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "st_test.h"
+
+static char suffix[48];
+static char parent_name[80], child_name[80], retry_name[80];
+
+static long long wait_number(const char *sql, long long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    long long value = -1;
+    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
+        usleep(50 * 1000);
+    return value;
+}
+
+static json_t *wait_status(const char *id, const char *want, int timeout_s)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    time_t deadline = time(NULL) + timeout_s;
+    while (time(NULL) < deadline) {
+        json_t *answer = NULL;
+        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
+            const char *status = json_string_value(json_object_get(answer, "status"));
+            if (status && strcmp(status, want) == 0)
+                return answer;
+            if (status && (strcmp(status, "failed") == 0 || strcmp(status, "completed") == 0)) {
+                char *text = json_dumps(answer, JSON_COMPACT);
+                fprintf(stderr, "instance ended as %s: %s\n", status, text);
+                free(text);
+                json_decref(answer);
+                return NULL;
+            }
+        }
+        json_decref(answer);
+        usleep(50 * 1000);
+    }
+    return NULL;
+}
+
+/* Waits for the instance's open task; returns its id (caller frees) or NULL. */
+static char *wait_task(const char *instance_id, int timeout_s)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance_id);
+    time_t deadline = time(NULL) + timeout_s;
+    while (time(NULL) < deadline) {
+        json_t *answer = NULL;
+        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
+            const char *id = json_string_value(json_object_get(
+                json_array_get(json_object_get(answer, "items"), 0), "id"));
+            char *copy = id ? strdup(id) : NULL;
+            json_decref(answer);
+            if (copy)
+                return copy;
+        } else {
+            json_decref(answer);
+        }
+        usleep(50 * 1000);
+    }
+    return NULL;
+}
+
+static char *start(const char *definition, const char *input)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":%s}", definition, input);
+    json_t *answer = NULL;
+    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
+    CU_ASSERT_EQUAL(status, 201);
+    const char *id = json_string_value(json_object_get(answer, "id"));
+    char *copy = id ? strdup(id) : NULL;
+    json_decref(answer);
+    return copy;
+}
+
+static void import(const char *doc)
+{
+    json_t *answer = NULL;
+    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
+    if (status != 201) {
+        char *text = json_dumps(answer, JSON_COMPACT);
+        fprintf(stderr, "import answered %ld: %s\n", status, text);
+        free(text);
+    }
+    CU_ASSERT_EQUAL(status, 201);
+    json_decref(answer);
+}
+
+static void test_setup(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    char doc[4096];
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"double\",\"type\":\"set\",\"values\":{\"twice\":\"input.n * 2\"}},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"twice\":\"state.twice\"}}]}",
+             child_name);
+    import(doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"check\",\"type\":\"call\",\"transport\":\"http\",\"request\":{"
+             "  \"url\":\"'http://127.0.0.1:%d/healthz'\",\"method\":\"'GET'\"},\"result\":\"health\"},"
+             "{\"id\":\"approve\",\"type\":\"task\",\"name\":\"Approve order\",\"roles\":[\"approver\"],"
+             "  \"payload\":{\"amount\":\"input.amount\"},\"result\":\"approval\"},"
+             "{\"id\":\"shipped\",\"type\":\"wait_signal\",\"name\":\"shipped\",\"result\":\"shipment\","
+             "  \"timeout\":\"'1h'\",\"on_timeout\":[{\"id\":\"late\",\"type\":\"fail\",\"error\":\"'late'\"}]},"
+             "{\"id\":\"pause\",\"type\":\"timer\",\"delay\":300},"
+             "{\"id\":\"fork\",\"type\":\"parallel\",\"join\":\"all\",\"branches\":["
+             "  [{\"id\":\"mark\",\"type\":\"set\",\"values\":{\"marked\":true}}],"
+             "  [{\"id\":\"child\",\"type\":\"subworkflow\",\"definition\":\"%s\","
+             "    \"input\":{\"n\":\"input.amount\"},\"result\":\"child\"}]]},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{"
+             "  \"health\":\"state.health.status\",\"approved\":\"state.approval.ok\","
+             "  \"carrier\":\"state.shipment.carrier\",\"twice\":\"state.child.twice\","
+             "  \"marked\":\"state.marked\"}}]}",
+             parent_name, it_port(IT_API), child_name);
+    import(doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"flaky\",\"type\":\"call\",\"transport\":\"http\",\"timeout\":500,"
+             "  \"request\":{\"url\":\"'http://127.0.0.1:9/nothing-listens'\"},"
+             "  \"retry\":{\"max_attempts\":3,\"backoff_ms\":100,\"multiplier\":2},"
+             "  \"on_failure\":[{\"id\":\"note\",\"type\":\"set\",\"values\":{\"gave_up\":true}}]},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"gave_up\":\"state.gave_up\","
+             "  \"attempts\":\"state.flaky.attempts\"}}]}",
+             retry_name);
+    import(doc);
+}
+
+static void test_full_flow(void)
+{
+    char *id = start(parent_name, "{\"amount\":21}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    /* The signal arrives before the instance waits for it: it must be kept. */
+    char path[160], sql[300];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path,
+                            "{\"name\":\"shipped\",\"payload\":{\"carrier\":\"DHL\"}}", NULL), 202);
+    char *task = wait_task(id, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(task);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.signal_buffer WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 10), 1);
+    json_t *t = NULL;
+    snprintf(path, sizeof path, "/v1/tasks/%s", task);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &t), 200);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(t, "payload"), "amount")), 21);
+    json_decref(t);
+    snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{\"ok\":true}}", NULL), 200);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{\"ok\":false}}", NULL), 409);
+    json_t *done = wait_status(id, "completed", 60);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(done);
+    json_t *out = json_object_get(done, "output");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "health")), "ok");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(out, "approved")));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "carrier")), "DHL");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "twice")), 42);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(out, "marked")));
+    json_decref(done);
+    /* Exactly once: one task, one child, the timer fired once, the buffer drained. */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE parent_instance_id = '%s'"
+             " AND status = 'completed'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.timers WHERE instance_id = '%s'"
+             " AND fired_at IS NOT NULL", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.signal_buffer WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    free(task);
+    free(id);
+}
+
+static void test_call_retries_then_failure_path(void)
+{
+    char *id = start(retry_name, "{}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    json_t *done = wait_status(id, "completed", 60);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(done);
+    json_t *out = json_object_get(done, "output");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(out, "gave_up")));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "attempts")), 3);
+    json_decref(done);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.calls WHERE instance_id = '%s'"
+             " AND status = 'failed'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 3);
+    snprintf(sql, sizeof sql, "SELECT count(DISTINCT idempotency_key) FROM strand.calls"
+             " WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.timers WHERE instance_id = '%s'"
+             " AND kind = 'retry' AND fired_at IS NOT NULL", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 2);
+    free(id);
+}
+
+static void test_cancel_waiting_instance(void)
+{
+    char *id = start(parent_name, "{\"amount\":5}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char *task = wait_task(id, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(task);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"reason\":\"customer withdrew\"}", NULL), 202);
+    json_t *done = wait_status(id, "cancelled", 30);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    snprintf(path, sizeof path, "/v1/tasks/%s", task);
+    json_t *t = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &t), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(t, "status")), "cancelled");
+    json_decref(t);
+    snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{}}", NULL), 409);
+    free(task);
+    free(id);
+}
+
+static void test_stop(void)
+{
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+int main(void)
+{
+    if (!it_init("test_workflows"))
+        return 1;
+    snprintf(suffix, sizeof suffix, "%ld-%d", (long)time(NULL), (int)getpid());
+    snprintf(parent_name, sizeof parent_name, "order-%s", suffix);
+    snprintf(child_name, sizeof child_name, "double-%s", suffix);
+    snprintf(retry_name, sizeof retry_name, "retry-%s", suffix);
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite("workflows", NULL, NULL);
+    CU_add_test(suite, "setup", test_setup);
+    CU_add_test(suite, "call, task, buffered signal, timer, parallel subworkflow", test_full_flow);
+    CU_add_test(suite, "call retries with backoff, then the failure path", test_call_retries_then_failure_path);
+    CU_add_test(suite, "cancel a waiting instance", test_cancel_waiting_instance);
+    CU_add_test(suite, "stop", test_stop);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    it_stop_all();
+    return failed == 0 && ran == 5 ? 0 : 1;
+}
