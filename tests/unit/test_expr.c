@@ -1,0 +1,208 @@
+/* test_expr.c - the expression language: values, operators, paths, null handling,
+ * functions, plugins, bounds and clear errors. */
+#include <string.h>
+
+#include "st_test.h"
+#include "strand/expr.h"
+
+static json_t *scope;
+
+/* Evaluates `text` and compares with the JSON `want` (as text). */
+static void expect(const char *text, const char *want)
+{
+    json_t *value = NULL;
+    st_errbuf_t eb;
+    st_err_t err = st_expr_eval_text(text, scope, &value, &eb);
+    if (err != ST_OK)
+        fprintf(stderr, "\n%s -> error %s\n", text, eb.msg);
+    CU_ASSERT_EQUAL_FATAL(err, ST_OK);
+    json_error_t jerr;
+    json_t *expected = json_loads(want, JSON_DECODE_ANY, &jerr);
+    int same = json_equal(value, expected) ||
+               (json_is_number(value) && json_is_number(expected) &&
+                json_number_value(value) == json_number_value(expected));
+    if (!same) {
+        char *got = json_dumps(value, JSON_ENCODE_ANY);
+        fprintf(stderr, "\n%s -> %s, want %s\n", text, got, want);
+        free(got);
+    }
+    CU_ASSERT_TRUE(same);
+    json_decref(value);
+    json_decref(expected);
+}
+
+static void expect_error(const char *text, st_err_t want, const char *fragment)
+{
+    json_t *value = NULL;
+    st_errbuf_t eb;
+    st_err_t err = st_expr_eval_text(text, scope, &value, &eb);
+    CU_ASSERT_EQUAL(err, want);
+    CU_ASSERT_PTR_NULL(value);
+    if (fragment && !strstr(eb.msg, fragment))
+        fprintf(stderr, "\n%s -> '%s' lacks '%s'\n", text, eb.msg, fragment);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, fragment));
+    json_decref(value);
+}
+
+static void test_literals_and_arithmetic(void)
+{
+    expect("1 + 2 * 3", "7");
+    expect("(1 + 2) * 3", "9");
+    expect("7 / 2", "3.5");
+    expect("8 / 2", "4");
+    expect("7 % 3", "1");
+    expect("-input.n + 1", "-41");
+    expect("1.5 * 2", "3.0");
+    expect("'a' + 'b' + 1", "\"ab1\"");
+    expect("\"double\" + ' quoted'", "\"double quoted\"");
+    expect("[1, 'x', null]", "[1, \"x\", null]");
+    expect("{a: 1, 'b c': input.name}", "{\"a\": 1, \"b c\": \"ada\"}");
+}
+
+static void test_comparison_and_logic(void)
+{
+    expect("input.n > 40 && input.n < 50", "true");
+    expect("input.n == 42.0", "true");
+    expect("'abc' < 'abd'", "true");
+    expect("!input.flag || false", "true");
+    expect("input.n >= 43 ? 'big' : 'small'", "\"small\"");
+    expect("null == null", "true");
+    expect("[1,2] == [1,2]", "true");
+    expect("state.missing ?? 'default'", "\"default\"");
+    expect("false && (1 / 0)", "false");   /* short-circuit: no division */
+}
+
+static void test_paths_and_null_handling(void)
+{
+    expect("input.name", "\"ada\"");
+    expect("input.address.city", "\"Sofia\"");
+    expect("input.address.zip", "null");
+    expect("input.nothing.deeper", "null");
+    expect("input.items[1]", "20");
+    expect("input.items[-1]", "30");
+    expect("input.items[9]", "null");
+    expect("input['name']", "\"ada\"");
+}
+
+static void test_functions(void)
+{
+    expect("len(input.items)", "3");
+    expect("len(input.name)", "3");
+    expect("upper(input.name)", "\"ADA\"");
+    expect("lower('ABC')", "\"abc\"");
+    expect("coalesce(null, state.missing, 5)", "5");
+    expect("contains(input.items, 20)", "true");
+    expect("contains('hello', 'ell')", "true");
+    expect("number('12')", "12");
+    expect("string(12)", "\"12\"");
+    expect("keys({b: 1})", "[\"b\"]");
+    expect("max(1, 7, 3)", "7");
+    expect("min(4, 2)", "2");
+    expect("duration('5m')", "300000");
+    expect("duration('2h') + duration('30s')", "7230000");
+}
+
+static json_t *plugin_twice(json_t *const *args, int nargs, st_errbuf_t *eb)
+{
+    if (!json_is_integer(args[0])) {
+        st_err_set(eb, ST_ERR_INVALID, "twice() needs an integer");
+        return NULL;
+    }
+    return json_integer(json_integer_value(args[0]) * 2);
+}
+
+static void test_plugins(void)
+{
+    CU_ASSERT_EQUAL(st_expr_register_fn("twice", 1, 1, plugin_twice), ST_OK);
+    expect("twice(input.n)", "84");
+    expect_error("twice('x')", ST_ERR_INVALID, "needs an integer");
+    CU_ASSERT_EQUAL(st_expr_register_fn("len", 1, 1, plugin_twice), ST_ERR_CONFLICT);
+    CU_ASSERT_EQUAL(st_expr_register_fn("bad", 2, 1, plugin_twice), ST_ERR_INVALID);
+}
+
+static void test_errors(void)
+{
+    expect_error("1 +", ST_ERR_INVALID, "column");
+    expect_error("'open", ST_ERR_INVALID, "unterminated");
+    expect_error("1 / 0", ST_ERR_INVALID, "division by zero");
+    expect_error("nosuch.x", ST_ERR_INVALID, "unknown name");
+    expect_error("nosuch(1)", ST_ERR_INVALID, "unknown function");
+    expect_error("len(1, 2)", ST_ERR_INVALID, "number of arguments");
+    expect_error("'a' < 1", ST_ERR_INVALID, "cannot order");
+    expect_error("[1] - 1", ST_ERR_INVALID, "arithmetic");
+    expect_error("input.name.x", ST_ERR_INVALID, "not an object");
+    expect_error("1 2", ST_ERR_INVALID, "after the expression");
+    expect_error("#", ST_ERR_INVALID, "unexpected character");
+}
+
+static void test_bounds(void)
+{
+    char deep[400];
+    size_t n = 0;
+    for (int i = 0; i < 150; i++)
+        deep[n++] = '(';
+    deep[n++] = '1';
+    for (int i = 0; i < 150; i++)
+        deep[n++] = ')';
+    deep[n] = '\0';
+    expect_error(deep, ST_ERR_INVALID, "nested too deeply");
+    /* A string that doubles past the limit. */
+    json_t *big = json_pack("{s:s%}", "s", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", (size_t)64);
+    json_t *saved = scope;
+    scope = json_pack("{s:O}", "input", big);
+    char text[2048] = "input.s";
+    for (int i = 0; i < 11; i++) {
+        char tmp[2048];
+        snprintf(tmp, sizeof tmp, "(%s + %s)", text, text);
+        if (strlen(tmp) > 1500)
+            break;
+        snprintf(text, sizeof text, "%s", tmp);
+    }
+    json_t *value = NULL;
+    st_errbuf_t eb;
+    st_err_t err = st_expr_eval_text(text, scope, &value, &eb);
+    CU_ASSERT_TRUE(err == ST_OK || err == ST_ERR_LIMIT);   /* bounded either way */
+    if (err == ST_OK)
+        CU_ASSERT_TRUE(json_string_length(value) <= ST_EXPR_MAX_STRING);
+    json_decref(value);
+    json_decref(scope);
+    json_decref(big);
+    scope = saved;
+}
+
+static void test_truthiness(void)
+{
+    json_t *values[] = {json_false(), json_null(), json_integer(0), json_string(""), json_array(),
+                        json_object()};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        CU_ASSERT_FALSE(st_expr_truthy(values[i]));
+        json_decref(values[i]);
+    }
+    json_t *yes = json_string("x");
+    CU_ASSERT_TRUE(st_expr_truthy(yes));
+    json_decref(yes);
+}
+
+static void setup(void)
+{
+    json_error_t jerr;
+    scope = json_loads("{\"input\": {\"name\": \"ada\", \"n\": 42, \"flag\": false,"
+                       " \"items\": [10, 20, 30], \"address\": {\"city\": \"Sofia\"}},"
+                       " \"state\": {}}", 0, &jerr);
+}
+
+static void test_all(void)
+{
+    setup();
+    test_literals_and_arithmetic();
+    test_comparison_and_logic();
+    test_paths_and_null_handling();
+    test_functions();
+    test_plugins();
+    test_errors();
+    test_bounds();
+    test_truthiness();
+    json_decref(scope);
+}
+
+ST_TEST_MAIN("expr", ST_TEST(test_all))

@@ -1,0 +1,295 @@
+/* test_interp.c - the run-to-wait interpreter: every construct, waiting tokens, stale
+ * and out-of-order events, snapshot round trips, and a property test over random
+ * event sequences. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_test.h"
+#include "strand/engine.h"
+
+#define ID "11111111-1111-4111-8111-111111111111"
+#define NOW 1795400000000LL
+
+static st_defn_t *compile(const char *steps)
+{
+    char text[8192];
+    snprintf(text, sizeof text, "{\"kind\":\"flow\",\"name\":\"t\",\"version\":1,\"steps\":%s}", steps);
+    json_error_t jerr;
+    json_t *doc = json_loads(text, 0, &jerr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    st_defn_t *defn = NULL;
+    json_t *problems = NULL;
+    if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
+        char *p = json_dumps(problems, 0);
+        fprintf(stderr, "\ncompile failed: %s\n", p);
+        free(p);
+    }
+    json_decref(problems);
+    json_decref(doc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(defn);
+    return defn;
+}
+
+/* Runs one event; returns the status (or -err for an error) and replaces *snap. */
+static int step(const st_defn_t *defn, json_t **snap, const char *event_text, json_t **effects)
+{
+    json_error_t jerr;
+    json_t *event = json_loads(event_text, 0, &jerr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(event);
+    st_run_result_t r;
+    st_errbuf_t eb;
+    st_err_t err = st_interp_run(defn, *snap, event, ID, NOW, &r, &eb);
+    json_decref(event);
+    if (err != ST_OK)
+        return -(int)err;
+    /* Round trip through text, as the executor stores it: must resume identically. */
+    char *text = json_dumps(r.snapshot, JSON_COMPACT);
+    json_t *reloaded = json_loads(text, 0, &jerr);
+    free(text);
+    CU_ASSERT_TRUE(json_equal(reloaded, r.snapshot));
+    json_decref(*snap);
+    *snap = reloaded;
+    if (effects) {
+        json_decref(*effects);
+        *effects = json_incref(r.effects);
+    }
+    int status = (int)r.status;
+    st_run_result_close(&r);
+    return status;
+}
+
+static const char *wait_token(const json_t *snap)
+{
+    return json_string_value(json_object_get(json_object_get(snap, "waiting"), "token"));
+}
+
+static void test_set_if_switch_loops_complete(void)
+{
+    st_defn_t *d = compile("["
+        "{\"id\":\"s\",\"type\":\"set\",\"values\":{\"n\":\"input.n\",\"sum\":\"0\"}},"
+        "{\"id\":\"i\",\"type\":\"if\",\"condition\":\"state.n > 2\",\"then\":[{\"id\":\"big\",\"type\":\"set\",\"values\":{\"size\":\"'big'\"}}],"
+        " \"else\":[{\"id\":\"small\",\"type\":\"set\",\"values\":{\"size\":\"'small'\"}}]},"
+        "{\"id\":\"sw\",\"type\":\"switch\",\"cases\":[{\"when\":\"state.size == 'small'\",\"steps\":[{\"id\":\"c1\",\"type\":\"set\",\"values\":{\"k\":\"1\"}}]},"
+        " {\"when\":\"state.size == 'big'\",\"steps\":[{\"id\":\"c2\",\"type\":\"set\",\"values\":{\"k\":\"2\"}}]}]},"
+        "{\"id\":\"w\",\"type\":\"while\",\"condition\":\"state.n > 0\",\"max_iterations\":100,\"body\":["
+        " {\"id\":\"acc\",\"type\":\"set\",\"values\":{\"sum\":\"state.sum + state.n\",\"n\":\"state.n - 1\"}}]},"
+        "{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"3\",\"body\":[{\"id\":\"rb\",\"type\":\"set\",\"values\":{\"sum\":\"state.sum * 2\"}}]},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"sum\":\"state.sum\",\"size\":\"state.size\",\"k\":\"state.k\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"n\":4}}", &effects), ST_RUN_COMPLETED);
+    json_t *out = json_object_get(snap, "output");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "sum")), (4 + 3 + 2 + 1) * 8);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "size")), "big");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "k")), 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(effects, 0), "type")), "complete");
+    /* An ended instance takes no more events. */
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"x\"}", NULL), -ST_ERR_STALE);
+    json_decref(snap);
+    json_decref(effects);
+    st_defn_free(d);
+}
+
+static void test_loop_bound_and_expression_failure(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"w\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":5,"
+                           "\"body\":[{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+    json_t *snap = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), ST_RUN_FAILED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(json_object_get(snap, "error"), "message")),
+                                  "max_iterations"));
+    json_decref(snap);
+    st_defn_free(d);
+    d = compile("[{\"id\":\"bad\",\"type\":\"set\",\"values\":{\"x\":\"1 / input.zero\"}}]");
+    snap = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"zero\":0}}", NULL), ST_RUN_FAILED);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "error"), "step")),
+                           "/steps/0");
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+static void test_task_and_stale_tokens(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"a\"],"
+                           "\"payload\":{\"amount\":\"input.amount\"},\"deadline\":\"'1h'\",\"result\":\"approval\"},"
+                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.ok\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"amount\":7}}", &effects), ST_RUN_WAITING);
+    json_t *open = json_array_get(effects, 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(open, "type")), "open_task");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(open, "payload"), "amount")), 7);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(open, "deadline_ms")), NOW + 3600000);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(open, "token")), wait_token(snap));
+    json_t *before = json_deep_copy(snap);
+    /* A stale token and a wrong event type change nothing. */
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"TASK_COMPLETED\",\"token\":\"old\",\"payload\":{}}", NULL),
+                    -ST_ERR_STALE);
+    char event[256];
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), -ST_ERR_STALE);
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), -ST_ERR_STALE);
+    CU_ASSERT_TRUE(json_equal(before, snap));
+    snprintf(event, sizeof event,
+             "{\"type\":\"TASK_COMPLETED\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":true}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), ST_RUN_COMPLETED);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(snap, "output"), "ok")));
+    /* The same completion again: the wait is gone. */
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), -ST_ERR_STALE);
+    json_decref(before);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+static void test_signal_timeout_and_conflict(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"sig\",\"timeout\":1000,"
+                           "\"on_timeout\":[{\"id\":\"late\",\"type\":\"set\",\"values\":{\"late\":\"true\"}}]},"
+                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"v\":\"state.sig.v\",\"late\":\"state.late\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    json_t *timer = json_array_get(effects, 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "type")), "set_timer");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(timer, "due_ms")), NOW + 1000);
+    CU_ASSERT_STRING_EQUAL(st_snapshot_waiting_signal(snap), "go");
+    /* Another name: the caller should buffer it. */
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"other\"}", NULL), -ST_ERR_CONFLICT);
+    json_t *waiting = json_deep_copy(snap);
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"go\",\"payload\":{\"v\":5}}", NULL),
+                    ST_RUN_COMPLETED);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(snap, "output"), "v")), 5);
+    /* From the same waiting point, the timeout path instead. */
+    char event[256];
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", wait_token(waiting));
+    CU_ASSERT_EQUAL(step(d, &waiting, event, NULL), ST_RUN_COMPLETED);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(waiting, "output"), "late")));
+    json_decref(waiting);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+static void test_timer_call_retry_and_child(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"p\",\"type\":\"timer\",\"delay\":\"'2s'\"},"
+        "{\"id\":\"c\",\"type\":\"call\",\"transport\":\"http\",\"request\":{\"url\":\"'http://w'\",\"body\":{\"n\":\"1\"}},"
+        " \"retry\":{\"max_attempts\":2,\"backoff_ms\":100,\"multiplier\":3},\"result\":\"res\"},"
+        "{\"id\":\"sub\",\"type\":\"subworkflow\",\"definition\":\"child\",\"input\":{\"x\":\"state.res.v\"},\"result\":\"child\"},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"child\":\"state.child\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    char event[512];
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_array_get(effects, 0), "due_ms")), NOW + 2000);
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    json_t *call = json_array_get(effects, 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(call, "type")), "make_call");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(call, "attempt")), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(call, "idempotency_key")), ":c:1"));
+    /* Fails once: a retry timer with backoff 100 ms. */
+    snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":false}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(effects, 0), "kind")), "retry");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_array_get(effects, 0), "due_ms")), NOW + 100);
+    snprintf(event, sizeof event, "{\"type\":\"RETRY_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_array_get(effects, 0), "attempt")), 2);
+    snprintf(event, sizeof event,
+             "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":true,\"body\":{\"v\":9}}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    json_t *child = json_array_get(effects, 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(child, "type")), "start_child");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(child, "input"), "x")), 9);
+    snprintf(event, sizeof event,
+             "{\"type\":\"CHILD_COMPLETED\",\"token\":\"%s\",\"payload\":{\"status\":\"completed\",\"output\":{\"y\":1}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), ST_RUN_COMPLETED);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(snap, "output"), "child"), "y")), 1);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+static void test_parallel_join_all_and_any(void)
+{
+    const char *all = "[{\"id\":\"par\",\"type\":\"parallel\",\"branches\":["
+        "[{\"id\":\"a\",\"type\":\"task\",\"name\":\"A\"}],"
+        "[{\"id\":\"b\",\"type\":\"wait_signal\",\"name\":\"b\"}]]},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"a\":\"state.a\",\"b\":\"state.b\"}}]";
+    st_defn_t *d = compile(all);
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_array_size(effects), 1);   /* the task; the signal wait has no effect */
+    char token[128], event[256];
+    snprintf(token, sizeof token, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "token")));
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"b\",\"payload\":{\"v\":2}}", NULL), ST_RUN_WAITING);
+    snprintf(event, sizeof event, "{\"type\":\"TASK_COMPLETED\",\"token\":\"%s\",\"payload\":{\"result\":{\"v\":1}}}", token);
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), ST_RUN_COMPLETED);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(snap, "output"), "b"), "v")), 2);
+    json_decref(snap);
+    st_defn_free(d);
+
+    char any[1024];
+    snprintf(any, sizeof any, "%s", all);
+    char *at = strstr(any, "\"branches\"");
+    memmove(at + 14, at, strlen(at) + 1);
+    memcpy(at, "\"join\":\"any\", ", 14);
+    d = compile(any);
+    snap = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    snprintf(token, sizeof token, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "token")));
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"b\"}", NULL), ST_RUN_COMPLETED);
+    /* The losing branch's task is now stale. */
+    snprintf(event, sizeof event, "{\"type\":\"TASK_COMPLETED\",\"token\":\"%s\",\"payload\":{}}", token);
+    CU_ASSERT_EQUAL(step(d, &snap, event, NULL), -ST_ERR_STALE);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+/* Property: random events against a waiting instance are either applied or refused as
+ * stale/conflict, and a refused event never changes the snapshot. */
+static void test_random_events_never_corrupt(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"loop\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":1000,\"body\":["
+        "{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"t\"},"
+        "{\"id\":\"s\",\"type\":\"wait_signal\",\"name\":\"s\",\"result\":\"s\"},"
+        "{\"id\":\"z\",\"type\":\"timer\",\"delay\":10}]}]");
+    json_t *snap = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), ST_RUN_WAITING);
+    static const char *const types[] = {"TASK_COMPLETED", "SIGNAL", "TIMER_DUE", "CALL_RESULT", "CHILD_COMPLETED"};
+    srand(7);
+    int applied = 0;
+    for (int i = 0; i < 2000; i++) {
+        const char *type = types[rand() % 5];
+        int use_current = rand() % 2;
+        char event[300];
+        if (strcmp(type, "SIGNAL") == 0 && rand() % 2)
+            snprintf(event, sizeof event, "{\"type\":\"SIGNAL\",\"name\":\"%s\"}", rand() % 2 ? "s" : "q");
+        else
+            snprintf(event, sizeof event, "{\"type\":\"%s\",\"token\":\"%s\",\"payload\":{}}", type,
+                     use_current ? wait_token(snap) : "bogus");
+        json_t *before = json_deep_copy(snap);
+        int rc = step(d, &snap, event, NULL);
+        if (rc < 0) {
+            CU_ASSERT_TRUE(rc == -ST_ERR_STALE || rc == -ST_ERR_CONFLICT);
+            CU_ASSERT_TRUE(json_equal(before, snap));
+        } else {
+            CU_ASSERT_EQUAL(rc, ST_RUN_WAITING);
+            applied++;
+        }
+        CU_ASSERT_PTR_NOT_NULL(wait_token(snap));
+        json_decref(before);
+    }
+    CU_ASSERT_TRUE(applied > 100);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
+ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
+             ST_TEST(test_loop_bound_and_expression_failure), ST_TEST(test_task_and_stale_tokens),
+             ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
+             ST_TEST(test_parallel_join_all_and_any), ST_TEST(test_random_events_never_corrupt))
