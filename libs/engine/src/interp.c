@@ -320,8 +320,9 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
         char token[160];
         new_token(r, token, sizeof token);
         const json_t *roles = json_object_get(step, "roles");
-        json_t *e = json_pack("{s:s, s:s, s:O, s:o, s:s, s:s}", "type", "open_task", "name",
-                              str(step, "name"), "roles", roles ? roles : json_array(), "payload",
+        json_t *e = json_pack("{s:s, s:s, s:o, s:o, s:s, s:s}", "type", "open_task", "name",
+                              str(step, "name"), "roles",
+                              roles ? json_deep_copy(roles) : json_array(), "payload",
                               payload, "token", token, "step", step_path);
         if (deadline >= 0)
             json_object_set_new(e, "deadline_ms", json_integer(r->now_ms + deadline));
@@ -698,10 +699,10 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
             return st_err_set(r.eb, ST_ERR_STALE, "the instance has not started");
         }
         const json_t *input = json_object_get(event, "input");
-        r.snap = json_pack("{s:i, s:s, s:O, s:{}, s:[{s:i, s:n, s:n, s:[{s:s, s:i}], s:b}],"
+        r.snap = json_pack("{s:i, s:s, s:o, s:{}, s:[{s:i, s:n, s:n, s:[{s:s, s:i}], s:b}],"
                            " s:i, s:i, s:n, s:n, s:n}",
                            "schema_version", ST_SNAPSHOT_SCHEMA_VERSION, "status", "running",
-                           "input", json_is_object(input) ? input : json_object(), "state",
+                           "input", json_is_object(input) ? json_deep_copy(input) : json_object(), "state",
                            "threads", "id", 0, "parent", "wait", "stack", "path", "/steps",
                            "index", 0, "done", 0, "seq", 0, "next_thread", 1, "waiting",
                            "output", "error");
