@@ -18,7 +18,9 @@
 /* Step pointers are built with snprintf into fixed buffers. The validator refuses any
  * definition whose pointers would exceed ST_MAX_POINTER (see check_step), so no
  * pointer of an accepted definition is ever cut; GCC cannot see that bound. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 struct st_defn {
     json_t *canonical;

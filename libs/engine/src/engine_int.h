@@ -5,6 +5,9 @@
 #define ST_MAX_LOOP 100000          /* iterations of one while/repeat */
 #define ST_MAX_STEPS_PER_RUN 100000 /* steps one run may execute before failing */
 #define ST_MAX_THREADS 256          /* parallel branches alive in one instance */
+#define ST_MAX_DURATION_MS (10LL * 365 * 86400000)  /* longest delay, timeout or deadline */
+#define ST_MAX_EPOCH_MS 4102444800000LL              /* 2100-01-01: latest timer "until" */
+#define ST_MAX_BACKOFF_MS (30LL * 86400000)        /* a retry never waits longer */
 #define ST_MAX_POINTER 400          /* longest step pointer of an accepted definition */
 
 #endif

@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,7 +596,7 @@ static json_t *fn_duration(json_t *const *a, int n, st_errbuf_t *eb)
         else if (strcmp(end, "h") == 0) unit = 3600000;
         else if (strcmp(end, "d") == 0) unit = 86400000;
     }
-    if (unit == 0 || v < 0) {
+    if (unit == 0 || !(v >= 0) || v * (double)unit > 9e15) {
         st_err_set(eb, ST_ERR_INVALID, "duration() needs a text like '30s', '5m', '2h' or '1d'");
         return NULL;
     }
@@ -685,18 +686,29 @@ static json_t *arith(eval_t *ev, int op, json_t *l, json_t *r)
         return eval_fail(ev, ST_ERR_INVALID, "%s", msg);
     }
     if (json_is_integer(l) && json_is_integer(r)) {
-        json_int_t a = json_integer_value(l), b = json_integer_value(r);
+        json_int_t a = json_integer_value(l), b = json_integer_value(r), out;
+        /* Integer results that would overflow fall through to floating point. */
         switch (op) {
-        case '+': return json_integer(a + b);
-        case '-': return json_integer(a - b);
-        case '*': return json_integer(a * b);
+        case '+':
+            if (!__builtin_add_overflow(a, b, &out))
+                return json_integer(out);
+            break;
+        case '-':
+            if (!__builtin_sub_overflow(a, b, &out))
+                return json_integer(out);
+            break;
+        case '*':
+            if (!__builtin_mul_overflow(a, b, &out))
+                return json_integer(out);
+            break;
         case '%':
-            if (b == 0)
-                return eval_fail(ev, ST_ERR_INVALID, "division by zero%s", NULL);
-            return json_integer(a % b);
         case '/':
             if (b == 0)
                 return eval_fail(ev, ST_ERR_INVALID, "division by zero%s", NULL);
+            if (b == -1 && a == INT64_MIN)
+                break;
+            if (op == '%')
+                return json_integer(a % b);
             if (a % b == 0)
                 return json_integer(a / b);
             return json_real((double)a / (double)b);
@@ -818,8 +830,10 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth)
         json_t *out;
         if (n->op == '!')
             out = json_boolean(!st_expr_truthy(v));
-        else if (json_is_integer(v))
+        else if (json_is_integer(v) && json_integer_value(v) != INT64_MIN)
             out = json_integer(-json_integer_value(v));
+        else if (json_is_integer(v))
+            out = json_real(-(double)json_integer_value(v));
         else if (json_is_real(v))
             out = json_real(-json_real_value(v));
         else

@@ -25,7 +25,9 @@
 /* Step pointers are built with snprintf into fixed buffers. The validator refuses any
  * definition whose pointers would exceed ST_MAX_POINTER (see check_step), so no
  * pointer of an accepted definition is ever cut; GCC cannot see that bound. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 typedef struct {
     const st_defn_t *defn;
@@ -123,12 +125,13 @@ static json_t *eval_map(run_t *r, const json_t *map)
     return json_deep_copy(map);
 }
 
-static long long eval_ms(run_t *r, const json_t *field, int *ok)
+/* Evaluates a duration (or, with `max` = ST_MAX_EPOCH_MS, a point in time) in ms. */
+static long long eval_ms(run_t *r, const json_t *field, int *ok, long long max)
 {
     json_t *v = eval_value(r, field);
     *ok = 0;
     long long ms = 0;
-    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= max) {
         ms = json_integer_value(v);
         *ok = 1;
     } else if (json_is_string(v)) {
@@ -136,7 +139,8 @@ static long long eval_ms(run_t *r, const json_t *field, int *ok)
         st_errbuf_t eb;
         json_t *scope = json_pack("{s:O}", "x", arg);
         json_t *d = NULL;
-        if (st_expr_eval_text("duration(x)", scope, &d, &eb) == ST_OK) {
+        if (st_expr_eval_text("duration(x)", scope, &d, &eb) == ST_OK &&
+            json_integer_value(d) <= max) {
             ms = json_integer_value(d);
             *ok = 1;
         } else {
@@ -145,7 +149,8 @@ static long long eval_ms(run_t *r, const json_t *field, int *ok)
         json_decref(d);
         json_decref(scope);
     } else if (v != NULL) {
-        st_err_set(r->eb, ST_ERR_INVALID, "a duration must be milliseconds or a text like '5m'");
+        st_err_set(r->eb, ST_ERR_INVALID,
+                   "a duration must be milliseconds (at most ten years) or a text like '5m'");
     }
     json_decref(v);
     return ms;
@@ -214,7 +219,7 @@ static void start_call(run_t *r, json_t *thread, const json_t *step, const char 
 {
     json_t *request = eval_map(r, json_object_get(step, "request"));
     int ok = 1;
-    long long timeout = json_object_get(step, "timeout") ? eval_ms(r, json_object_get(step, "timeout"), &ok)
+    long long timeout = json_object_get(step, "timeout") ? eval_ms(r, json_object_get(step, "timeout"), &ok, ST_MAX_DURATION_MS)
                                                          : 30000;
     if (request == NULL || !ok) {
         json_decref(request);
@@ -311,7 +316,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
         json_t *payload = eval_map(r, json_object_get(step, "payload"));
         int ok = 1;
         long long deadline = json_object_get(step, "deadline")
-                                 ? eval_ms(r, json_object_get(step, "deadline"), &ok) : -1;
+                                 ? eval_ms(r, json_object_get(step, "deadline"), &ok, ST_MAX_DURATION_MS) : -1;
         if (payload == NULL || !ok) {
             json_decref(payload);
             fail_step(r, step_path);
@@ -337,7 +342,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                  step_path, "name", str(step, "name"));
         if (json_object_get(step, "timeout")) {
             int ok;
-            long long ms = eval_ms(r, json_object_get(step, "timeout"), &ok);
+            long long ms = eval_ms(r, json_object_get(step, "timeout"), &ok, ST_MAX_DURATION_MS);
             if (!ok) {
                 json_decref(wait);
                 fail_step(r, step_path);
@@ -352,7 +357,8 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
     } else if (strcmp(type, "timer") == 0) {
         int ok;
         const json_t *until = json_object_get(step, "until");
-        long long due = until ? eval_ms(r, until, &ok) : r->now_ms + eval_ms(r, json_object_get(step, "delay"), &ok);
+        long long due = until ? eval_ms(r, until, &ok, ST_MAX_EPOCH_MS)
+                             : r->now_ms + eval_ms(r, json_object_get(step, "delay"), &ok, ST_MAX_DURATION_MS);
         if (!ok) {
             fail_step(r, step_path);
             return STEP_NEXT;
@@ -604,7 +610,8 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
                 long long backoff = json_integer_value(json_object_get(retry, "backoff_ms"));
                 const json_t *m = json_object_get(retry, "multiplier");
                 double mult = m ? json_number_value(m) : 2.0;
-                long long delay = (long long)((double)(backoff ? backoff : 1000) * pow(mult, attempt - 1));
+                double raw = (double)(backoff ? backoff : 1000) * pow(mult, attempt - 1);
+                long long delay = raw > (double)ST_MAX_BACKOFF_MS ? ST_MAX_BACKOFF_MS : (long long)raw;
                 char token[160];
                 new_token(r, token, sizeof token);
                 effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms",
