@@ -3,6 +3,7 @@
 # single-node Apache Kafka broker in KRaft mode (from Maven Central, run with Java 17).
 #
 #   scripts/stack.sh start|stop|status|env
+#   scripts/stack.sh restart postgres|kafka|redis     (fault injection in tests)
 #
 # Idempotent: `start` starts only what is not running and waits until each part is
 # ready; `stop` stops only what this stack directory started (by PID file). Ports and
@@ -205,5 +206,13 @@ case "${1:-}" in
     status_line kafka kafka_ready "127.0.0.1:$kafka_port" || rc=1
     exit $rc ;;
   env) print_env ;;
-  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+  restart)   # for fault-injection tests: restart one server in place
+    case "${2:-}" in
+      postgres) as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast -w -t 60 restart -l "$dir/logs/postgres.log" -o "-p $pg_port" >/dev/null
+                wait_for 60 PostgreSQL pg_ready; log "PostgreSQL restarted" ;;
+      kafka) kafka_stop; kafka_start ;;
+      redis) redis_stop; redis_start ;;
+      *) echo "usage: $0 restart postgres|kafka|redis" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: $0 start|stop|status|env|restart <server>" >&2; exit 2 ;;
 esac

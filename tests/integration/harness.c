@@ -16,6 +16,8 @@
 static const char *const service_names[IT_NSERVICES] = {"api", "executor", "scheduler",
                                                         "monitor"};
 static pid_t pids[IT_NSERVICES];
+#define MAX_REPLICAS 16
+static pid_t replica_pids[MAX_REPLICAS];
 static int port_base = 18080;
 static char bin_dir[1024];
 static char log_dir[1024];
@@ -24,6 +26,12 @@ static char topic_prefix[96];
 
 static void kill_children(void)
 {
+    for (int i = 0; i < MAX_REPLICAS; i++)
+        if (replica_pids[i] > 0) {
+            kill(replica_pids[i], SIGKILL);
+            waitpid(replica_pids[i], NULL, 0);
+            replica_pids[i] = 0;
+        }
     for (int i = 0; i < IT_NSERVICES; i++)
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL);
@@ -58,14 +66,15 @@ int it_port(it_service_t svc)
     return port_base + (int)svc;
 }
 
-pid_t it_start(it_service_t svc)
+static pid_t spawn(it_service_t svc, int replica)
 {
-    char path[1200], log_path[1200], port[16];
+    char path[1200], log_path[1200], port[16], node[64];
     snprintf(path, sizeof path, "%s/services/%s/strand-%s", bin_dir, service_names[svc],
              service_names[svc]);
-    snprintf(log_path, sizeof log_path, "%s/%s-%s.log", log_dir, test_name_buf,
-             service_names[svc]);
-    snprintf(port, sizeof port, "%d", it_port(svc));
+    snprintf(log_path, sizeof log_path, "%s/%s-%s%s%.0d.log", log_dir, test_name_buf,
+             service_names[svc], replica ? "-" : "", replica);
+    snprintf(port, sizeof port, "%d", replica ? port_base + 40 + replica * 4 + (int)svc : it_port(svc));
+    snprintf(node, sizeof node, "%s-%d", service_names[svc], replica);
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -79,13 +88,55 @@ pid_t it_start(it_service_t svc)
         setenv("STRAND_HTTP_PORT", port, 1);
         setenv("STRAND_TOPIC_PREFIX", topic_prefix, 1);
         setenv("STRAND_TOPIC_PARTITIONS", "4", 0);
-        setenv("STRAND_NODE_ID", service_names[svc], 1);
+        setenv("STRAND_NODE_ID", node, 1);
         execl(path, path, (char *)NULL);
         fprintf(stderr, "could not exec %s: %s\n", path, strerror(errno));
         _exit(127);
     }
-    pids[svc] = pid;
     return pid;
+}
+
+pid_t it_start(it_service_t svc)
+{
+    pid_t pid = spawn(svc, 0);
+    if (pid > 0)
+        pids[svc] = pid;
+    return pid;
+}
+
+pid_t it_start_replica(it_service_t svc, int replica)
+{
+    pid_t pid = spawn(svc, replica);
+    for (int i = 0; pid > 0 && i < MAX_REPLICAS; i++)
+        if (replica_pids[i] <= 0) {
+            replica_pids[i] = pid;
+            break;
+        }
+    return pid;
+}
+
+void it_kill9(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (pids[i] == pid)
+            pids[i] = 0;
+    for (int i = 0; i < MAX_REPLICAS; i++)
+        if (replica_pids[i] == pid)
+            replica_pids[i] = 0;
+}
+
+int it_stack(const char *args)
+{
+    const char *src = getenv("STRAND_TEST_SRC_DIR");
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s/scripts/stack.sh %s >>%s/%s-stack.log 2>&1", src ? src : ".",
+             args, log_dir, test_name_buf);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 int it_start_all(int timeout_s)

@@ -30,6 +30,17 @@ pid_t it_start(it_service_t svc);
  * `timeout_s`). Returns 1 if all are ready. */
 int it_start_all(int timeout_s);
 
+/* Starts another replica of a service (replica >= 1) on its own HTTP port; returns
+ * its pid or -1. Replicas are killed at exit like the main ones. */
+pid_t it_start_replica(it_service_t svc, int replica);
+
+/* SIGKILLs a pid started by the harness and reaps it. */
+void it_kill9(pid_t pid);
+
+/* Runs scripts/stack.sh with `args` (e.g. "restart postgres") against the test's
+ * stack; returns its exit status. */
+int it_stack(const char *args);
+
 /* Sends `sig` to a running service and waits up to `timeout_s` for it to exit.
  * Returns its exit status, 128+signal if it died of a signal, or -1 on timeout
  * (then it is killed). */
