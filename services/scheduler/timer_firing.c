@@ -25,7 +25,7 @@ struct st_timer_firing {
 
 static const char *const sql_timers_claim =
     "WITH due AS (SELECT id FROM strand.timers WHERE fired_at IS NULL"
-    "   AND due_at <= clock_timestamp() ORDER BY due_at LIMIT 500 FOR UPDATE SKIP LOCKED)"
+    "   AND due_at <= statement_timestamp() ORDER BY due_at LIMIT 500 FOR UPDATE SKIP LOCKED)"
     " UPDATE strand.timers t SET fired_at = clock_timestamp() FROM due WHERE t.id = due.id"
     " RETURNING t.instance_id, t.waiting_token, t.kind,"
     " (extract(epoch FROM t.due_at) * 1000)::bigint, t.payload::text,"
