@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "strand/signal.h"
+#include <libpq-fe.h>
 #include "st_test.h"
 
 static char suffix[48];
@@ -233,6 +235,57 @@ static void test_cancel_waiting_instance(void)
     free(id);
 }
 
+/* Enqueues a signal through the outbox, as any Strand writer would. */
+static void inject(st_signal_t *sig)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    st_errbuf_t eb;
+    PQclear(PQexec(conn, "BEGIN"));
+    CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, sig, &eb), ST_OK);
+    PQclear(PQexec(conn, "COMMIT"));
+    PQfinish(conn);
+}
+
+static void test_stale_signals_change_nothing(void)
+{
+    char *id = start(parent_name, "{\"amount\":1}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char *task = wait_task(id, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(task);
+    char sql[2048];
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
+    long long version = it_sql_number(sql);
+    /* A task completion for a wait that is not the current one, a timer for an old
+     * token, and a signal expecting an old state version. */
+    st_signal_t stale[3];
+    st_signal_init(&stale[0], ST_SIGNAL_TASK_COMPLETED, id, -1);
+    snprintf(stale[0].waiting_token, sizeof stale[0].waiting_token, "%s/999", id);
+    st_signal_init(&stale[1], ST_SIGNAL_TIMER_DUE, id, -1);
+    snprintf(stale[1].waiting_token, sizeof stale[1].waiting_token, "%s/1", id);
+    st_signal_init(&stale[2], ST_SIGNAL_EXTERNAL, id, version - 1);
+    snprintf(stale[2].name, sizeof stale[2].name, "shipped");
+    for (int i = 0; i < 3; i++) {
+        inject(&stale[i]);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'"
+                 " AND outcome = 'stale'", stale[i].signal_id);
+        CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+        st_signal_close(&stale[i]);
+    }
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), version);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id = '%s' AND status = 'open'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/terminate", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"reason\":\"test over\"}", NULL), 202);
+    json_t *done = wait_status(id, "terminated", 30);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    free(task);
+    free(id);
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -253,6 +306,7 @@ int main(void)
     CU_add_test(suite, "call, task, buffered signal, timer, parallel subworkflow", test_full_flow);
     CU_add_test(suite, "call retries with backoff, then the failure path", test_call_retries_then_failure_path);
     CU_add_test(suite, "cancel a waiting instance", test_cancel_waiting_instance);
+    CU_add_test(suite, "stale signals change nothing", test_stale_signals_change_nothing);
     CU_add_test(suite, "stop", test_stop);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
@@ -260,5 +314,5 @@ int main(void)
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     it_stop_all();
-    return failed == 0 && ran == 5 ? 0 : 1;
+    return failed == 0 && ran == 6 ? 0 : 1;
 }
