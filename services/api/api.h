@@ -82,6 +82,7 @@ struct st_api {
     st_auth_t *auth;   /* owned */
     st_principal_t current;   /* the caller of the request being handled (HTTP thread) */
     st_command_route_t routes[ST_API_MAX_COMMAND_ROUTES];
+    struct st_waiters *waiters;   /* long polls (wait_loop.c) */
     int nroutes;
 };
 

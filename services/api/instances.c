@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "wait_loop.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
@@ -106,17 +107,46 @@ static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int 
     st_answer_set(out, status, body);
 }
 
+void st_api_answer_instance(st_api_t *api, st_http_req_t *req, const char *instance_id)
+{
+    st_answer_t answer = {0};
+    PGconn *conn = st_api_conn(api, &answer);
+    if (conn != NULL)
+        answer_instance(&answer, conn, instance_id, 200);
+    st_api_reply(req, &answer);
+}
+
+/* GET /v1/instances/{id}[?wait_ms=N&after_version=V]: with wait_ms, a long poll that
+ * answers once state_version > V (default: the current one) or the instance ended. */
 static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *id = st_http_param(req, "id");
+    const char *wait_text = st_http_query(req, "wait_ms");
+    const char *after_text = st_http_query(req, "after_version");
     st_answer_t answer = {0};
-    PGconn *conn;
-    if (!st_uuid_valid(id))
-        st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id",
-                          NULL);
-    else if ((conn = st_api_conn(api, &answer)) != NULL)
-        answer_instance(&answer, conn, id, 200);
+    int wait_ms = wait_text ? atoi(wait_text) : 0;
+    if (!st_uuid_valid(id)) {
+        st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
+    } else if (wait_ms < 0 || wait_ms > 60000) {
+        st_answer_problem(&answer, 400, "invalid_wait", "wait_ms must be from 0 to 60000", "/wait_ms", NULL);
+    } else {
+        PGconn *conn = st_api_conn(api, &answer);
+        if (conn != NULL)
+            answer_instance(&answer, conn, id, 200);
+        if (wait_ms > 0 && answer.status == 200) {
+            const char *status = json_string_value(json_object_get(answer.body, "status"));
+            long long version = json_integer_value(json_object_get(answer.body, "state_version"));
+            long long after = after_text ? atoll(after_text) : version;
+            int ended = status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+                                   strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0);
+            if (!ended && version <= after) {
+                st_answer_close(&answer);
+                st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms);
+                return;
+            }
+        }
+    }
     st_api_reply(req, &answer);
 }
 

@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "ingress.h"
+#include "wait_loop.h"
 #include "strand/log.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -240,9 +241,11 @@ int main(int argc, char **argv)
     st_service_add_ready(&svc, "postgres", pg_ready, &api);
     st_service_add_ready(&svc, "kafka_ingress", ingress_ready, ingress);
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
+    api.waiters = st_waiters_new(&api);
     register_routes(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
+    st_waiters_free(api.waiters);
     st_ingress_stop(ingress);
     st_relay_stop(relay);
     if (api.conn != NULL)

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/hint.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -59,6 +60,7 @@ typedef struct worker {
     int busy;                        /* a message is being processed */
     PGconn *conn;
     st_defcache_t *cache;
+    st_hint_t *hint;                 /* optional Redis wake hints */
 } worker_t;
 
 struct st_executor {
@@ -160,6 +162,8 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
             st_metric_observe(ex->m_duration, st_mono_s() - started);
             st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED
                               ? ex->m_applied : ex->m_dropped);
+            if (outcome == ST_WAKE_APPLIED)
+                st_hint_publish(w->hint, sig.instance_id);   /* after commit */
             if (outcome != ST_WAKE_APPLIED && outcome != ST_WAKE_BUFFERED)
                 st_log_info("signal dropped", "signal=%s instance=%s outcome=%s",
                             sig.signal_id, sig.instance_id, st_wake_outcome_name(outcome));
@@ -388,6 +392,7 @@ static void free_executor(st_executor_t *ex)
         if (ex->workers[i].conn != NULL)
             PQfinish(ex->workers[i].conn);
         st_defcache_free(ex->workers[i].cache);
+        st_hint_free(ex->workers[i].hint);
         pthread_mutex_destroy(&ex->workers[i].lock);
         pthread_cond_destroy(&ex->workers[i].cond);
     }
@@ -411,6 +416,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     for (int i = 0; i < ex->nworkers; i++) {
         ex->workers[i].ex = ex;
         ex->workers[i].cache = st_defcache_new();
+        ex->workers[i].hint = st_hint_new(&svc->cfg);
         pthread_mutex_init(&ex->workers[i].lock, NULL);
         pthread_cond_init(&ex->workers[i].cond, NULL);
     }

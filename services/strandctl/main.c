@@ -286,14 +286,22 @@ static int post(const ctl_t *ctl, const char *path, json_t *body, void (*human)(
     return rc;
 }
 
+/* Long-polls the instance (the API answers when it changes) until it ends. */
 static int wait_instance(const ctl_t *ctl, const char *id, const char *timeout)
 {
     char path[256];
-    snprintf(path, sizeof path, "/v1/instances/%s", id);
     time_t deadline = time(NULL) + atoi(timeout);
+    long long version = -1;
     for (;;) {
         json_t *answer = NULL;
+        long left_ms = (long)(deadline - time(NULL)) * 1000;
+        if (version < 0 || left_ms <= 0)
+            snprintf(path, sizeof path, "/v1/instances/%s", id);
+        else
+            snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=%ld&after_version=%lld", id,
+                     left_ms < 20000 ? left_ms : 20000, version);
         long code = request(ctl, "GET", path, NULL, &answer);
+        version = json_integer_value(json_object_get(answer, "state_version"));
         const char *st = json_string_value(json_object_get(answer, "status"));
         int ended = st && (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0 ||
                            strcmp(st, "cancelled") == 0 || strcmp(st, "terminated") == 0);
@@ -314,7 +322,6 @@ static int wait_instance(const ctl_t *ctl, const char *id, const char *timeout)
             return rc;
         }
         json_decref(answer);
-        usleep(100 * 1000);
     }
 }
 

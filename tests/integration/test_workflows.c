@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -286,6 +287,65 @@ static void test_stale_signals_change_nothing(void)
     free(id);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Long polling: an unchanged instance is answered at wait_ms; a change (a task
+ * completed by another process) answers the parked request at once through the Redis
+ * hint the executor publishes after commit. */
+static void test_long_poll_woken_by_hint(void)
+{
+    if (getenv("STRAND_REDIS_URL") == NULL || getenv("STRAND_REDIS_URL")[0] == '\0') {
+        CU_FAIL("the test stack must provide STRAND_REDIS_URL");
+        return;
+    }
+    char *id = start(parent_name, "{\"amount\":3}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char *task = wait_task(id, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(task);
+    char path[256];
+    json_t *answer = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    long long version = json_integer_value(json_object_get(answer, "state_version"));
+    json_decref(answer);
+    snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=400&after_version=%lld", id, version);
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    double waited = now_s() - t0;
+    CU_ASSERT_TRUE(waited >= 0.35);   /* nothing changed: answered at the timeout */
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(answer, "state_version")), version);
+    json_decref(answer);
+    pid_t child = fork();
+    if (child == 0) {   /* another client completes the task a moment later */
+        usleep(300 * 1000);
+        char complete[128];
+        snprintf(complete, sizeof complete, "/v1/tasks/%s/complete", task);
+        _exit(it_http(IT_API, "POST", complete, "{\"result\":{\"ok\":true}}", NULL) == 200 ? 0 : 1);
+    }
+    snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=20000&after_version=%lld", id, version);
+    t0 = now_s();
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    waited = now_s() - t0;
+    fprintf(stderr, "\nlong poll woke after %.3f s\n", waited);
+    CU_ASSERT_TRUE(waited < 10.0);   /* far before the 20 s timeout */
+    CU_ASSERT_TRUE(json_integer_value(json_object_get(answer, "state_version")) > version);
+    json_decref(answer);
+    int status = 0;
+    waitpid(child, &status, 0);
+    CU_ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/instances/00000000-0000-4000-8000-000000000000?wait_ms=99999",
+                            NULL, NULL), 400);
+    snprintf(path, sizeof path, "/v1/instances/%s/terminate", id);
+    it_http(IT_API, "POST", path, "{}", NULL);
+    free(task);
+    free(id);
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -307,6 +367,7 @@ int main(void)
     CU_add_test(suite, "call retries with backoff, then the failure path", test_call_retries_then_failure_path);
     CU_add_test(suite, "cancel a waiting instance", test_cancel_waiting_instance);
     CU_add_test(suite, "stale signals change nothing", test_stale_signals_change_nothing);
+    CU_add_test(suite, "long poll woken by a Redis hint", test_long_poll_woken_by_hint);
     CU_add_test(suite, "stop", test_stop);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
@@ -314,5 +375,5 @@ int main(void)
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     it_stop_all();
-    return failed == 0 && ran == 6 ? 0 : 1;
+    return failed == 0 && ran == 7 ? 0 : 1;
 }

@@ -43,7 +43,15 @@ struct st_http_req {
     int query_parsed;
     int status;      /* 0 until answered */
     int max_body;
+    int deferred;    /* the handler handed it to st_http_defer() */
+    int on_heap;     /* a deferred copy: freed by its reply */
+    const char *method;   /* static string, kept for metrics after the reply */
+    int gone;        /* the client closed the connection while deferred */
+    double started;
 };
+
+static void record_metrics(const st_http_req_t *req);
+static void free_req_parts(st_http_req_t *req);
 
 static const char *method_name(enum evhttp_cmd_type cmd)
 {
@@ -108,12 +116,69 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void record_metrics(const st_http_req_t *req)
+{
+    char labels[256];
+    const char *pattern = req->route ? req->route->pattern : "unmatched";
+    snprintf(labels, sizeof labels, "route=\"%s\",method=\"%s\",status=\"%d\"", pattern,
+             req->method, req->status);
+    st_metric_inc(st_metrics_counter("strand_http_requests_total", "HTTP requests answered",
+                                     labels));
+    snprintf(labels, sizeof labels, "route=\"%s\"", pattern);
+    st_metric_observe(st_metrics_histogram("strand_http_request_duration_seconds",
+                                           "HTTP request handling time", labels),
+                      now_seconds() - req->started);
+}
+
+static void free_req_parts(st_http_req_t *req)
+{
+    for (int i = 0; i < req->nparams; i++) {
+        free(req->param_names[i]);
+        free(req->param_values[i]);
+    }
+    req->nparams = 0;
+    if (req->query_parsed)
+        evhttp_clear_headers(&req->query);
+    req->query_parsed = 0;
+}
+
+static void on_connection_closed(struct evhttp_connection *conn, void *arg)
+{
+    st_http_req_t *req = arg;
+    req->gone = 1;
+}
+
+st_http_req_t *st_http_defer(st_http_req_t *req)
+{
+    st_http_req_t *copy = malloc(sizeof *copy);
+    if (copy == NULL)
+        abort();
+    *copy = *req;
+    copy->on_heap = 1;
+    if (copy->query_parsed) {   /* the query list heads point into the old struct */
+        copy->query.tqh_first = NULL;
+        copy->query.tqh_last = &copy->query.tqh_first;
+        copy->query_parsed = 0;
+        evhttp_clear_headers(&req->query);
+    }
+    req->deferred = 1;
+    req->nparams = 0;           /* the copy owns the parameters now */
+    req->query_parsed = 0;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), on_connection_closed, copy);
+    return copy;
+}
+
+int st_http_req_gone(const st_http_req_t *req)
+{
+    return req->gone;
+}
+
 static void dispatch(struct evhttp_request *ev, void *arg)
 {
     st_http_server_t *srv = arg;
-    double started = now_seconds();
-    st_http_req_t req = {.ev = ev, .max_body = srv->max_body};
     const char *method = method_name(evhttp_request_get_command(ev));
+    st_http_req_t req = {.ev = ev, .max_body = srv->max_body, .started = now_seconds(),
+                         .method = method};
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
     const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
     char *path = raw_path ? evhttp_uridecode(raw_path, 0, NULL) : NULL;
@@ -138,6 +203,10 @@ static void dispatch(struct evhttp_request *ev, void *arg)
         /* refused and answered by the guard */
     } else if (req.route != NULL) {
         req.route->fn(&req, req.route->ctx);
+        if (req.deferred) {
+            free(path);
+            return;   /* answered later; metrics are recorded then */
+        }
         if (req.status == 0) {
             st_log_error("handler returned without a reply", "route=%s", req.route->pattern);
             st_http_reply_problem(&req, 500, "internal", "the handler did not answer", NULL,
@@ -149,22 +218,8 @@ static void dispatch(struct evhttp_request *ev, void *arg)
     } else {
         st_http_reply_problem(&req, 404, "route_not_found", "no such route", NULL, NULL);
     }
-    char labels[256];
-    const char *pattern = req.route ? req.route->pattern : "unmatched";
-    snprintf(labels, sizeof labels, "route=\"%s\",method=\"%s\",status=\"%d\"", pattern,
-             method, req.status);
-    st_metric_inc(st_metrics_counter("strand_http_requests_total", "HTTP requests answered",
-                                     labels));
-    snprintf(labels, sizeof labels, "route=\"%s\"", pattern);
-    st_metric_observe(st_metrics_histogram("strand_http_request_duration_seconds",
-                                           "HTTP request handling time", labels),
-                      now_seconds() - started);
-    for (int i = 0; i < req.nparams; i++) {
-        free(req.param_names[i]);
-        free(req.param_values[i]);
-    }
-    if (req.query_parsed)
-        evhttp_clear_headers(&req.query);
+    record_metrics(&req);
+    free_req_parts(&req);
     free(path);
 }
 
@@ -317,12 +372,24 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
         return;
     }
     req->status = status;
+    if (req->on_heap && req->gone) {   /* the client left; nothing to send */
+        free_req_parts(req);
+        free(req);
+        return;
+    }
     struct evkeyvalq *headers = evhttp_request_get_output_headers(req->ev);
     evhttp_add_header(headers, "Content-Type", content_type);
     struct evbuffer *out = evbuffer_new();
     evbuffer_add(out, data, len);
-    evhttp_send_reply(req->ev, status, NULL, out);
+    if (req->on_heap)
+        evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), NULL, NULL);
+    evhttp_send_reply(req->ev, status, NULL, out);   /* req->ev may be freed from here */
     evbuffer_free(out);
+    if (req->on_heap) {
+        record_metrics(req);
+        free_req_parts(req);
+        free(req);
+    }
 }
 
 void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,

@@ -58,6 +58,13 @@ const char *st_http_header(st_http_req_t *req, const char *name);
  * with a problem body itself and returns NULL. Caller decrefs the result. */
 json_t *st_http_body_object(st_http_req_t *req);
 
+/* Takes the request out of the handler's hands to answer it later (long polling):
+ * returns a request that stays valid until it is answered with st_http_reply_*,
+ * which then frees it. The handler must return without answering. If the client goes
+ * away first, st_http_req_gone() turns true and the reply only frees. */
+st_http_req_t *st_http_defer(st_http_req_t *req);
+int st_http_req_gone(const st_http_req_t *req);
+
 /* Answers with `body` as JSON. Steals the reference to `body`. */
 void st_http_reply_json(st_http_req_t *req, int status, json_t *body);
 /* Answers with a text body (copied). */

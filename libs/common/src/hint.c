@@ -1,0 +1,85 @@
+/* hint.c - Redis wake-up hints (see hint.h). */
+#include "strand/hint.h"
+
+#include <hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "strand/log.h"
+
+#define BACKOFF_S 5
+
+struct st_hint {
+    char host[200];
+    int port;
+    char channel[96];
+    redisContext *redis;
+    time_t retry_after;
+    int enabled;
+};
+
+int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port)
+{
+    if (url == NULL || strncmp(url, "redis://", 8) != 0)
+        return 0;
+    const char *h = url + 8;
+    const char *colon = strrchr(h, ':');
+    size_t n = colon ? (size_t)(colon - h) : strlen(h);
+    if (n == 0 || n >= host_len)
+        return 0;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = colon ? atoi(colon + 1) : 6379;
+    return *port > 0 && *port < 65536;
+}
+
+st_hint_t *st_hint_new(const st_config_t *cfg)
+{
+    st_hint_t *hint = calloc(1, sizeof *hint);
+    if (hint == NULL)
+        abort();
+    hint->enabled = st_hint_parse_url(cfg->redis_url, hint->host, sizeof hint->host, &hint->port);
+    snprintf(hint->channel, sizeof hint->channel, "%swake", cfg->topic_prefix);
+    return hint;
+}
+
+void st_hint_free(st_hint_t *hint)
+{
+    if (hint == NULL)
+        return;
+    if (hint->redis != NULL)
+        redisFree(hint->redis);
+    free(hint);
+}
+
+static void hint_fail(st_hint_t *hint, const char *why)
+{
+    st_log_debug("wake hint skipped", "%s; retrying in %d s", why, BACKOFF_S);
+    if (hint->redis != NULL)
+        redisFree(hint->redis);
+    hint->redis = NULL;
+    hint->retry_after = time(NULL) + BACKOFF_S;
+}
+
+void st_hint_publish(st_hint_t *hint, const char *instance_id)
+{
+    if (hint == NULL || !hint->enabled || time(NULL) < hint->retry_after)
+        return;
+    struct timeval limit = {0, 100000};
+    if (hint->redis == NULL) {
+        hint->redis = redisConnectWithTimeout(hint->host, hint->port, limit);
+        if (hint->redis == NULL || hint->redis->err) {
+            hint_fail(hint, hint->redis ? hint->redis->errstr : "no memory");
+            return;
+        }
+        redisSetTimeout(hint->redis, limit);
+    }
+    redisReply *reply = redisCommand(hint->redis, "PUBLISH %s %s", hint->channel, instance_id);
+    if (reply == NULL) {
+        hint_fail(hint, hint->redis->errstr);
+        return;
+    }
+    freeReplyObject(reply);
+}

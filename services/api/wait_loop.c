@@ -1,0 +1,194 @@
+/* wait_loop.c - long polling woken by Redis hints (see wait_loop.h). */
+#include "wait_loop.h"
+
+#include <adapters/libevent.h>
+#include <async.h>
+#include <event2/event.h>
+#include <hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strand/hint.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
+#include "strand/pg.h"
+
+#define RECONNECT_S 5
+
+typedef struct waiter {
+    st_waiters_t *owner;
+    st_http_req_t *req;
+    char instance_id[40];
+    long long after_version;
+    struct event *timer;
+    struct waiter *next;
+} waiter_t;
+
+struct st_waiters {
+    st_api_t *api;
+    waiter_t *head;
+    redisAsyncContext *redis;
+    struct event *reconnect;
+    char host[200];
+    int port;
+    char channel[96];
+    st_metric_t *m_woken, *m_timed_out;
+};
+
+static void finish(waiter_t *wt)
+{
+    st_waiters_t *w = wt->owner;
+    for (waiter_t **p = &w->head; *p; p = &(*p)->next)
+        if (*p == wt) {
+            *p = wt->next;
+            break;
+        }
+    event_free(wt->timer);
+    st_api_answer_instance(w->api, wt->req, wt->instance_id);
+    free(wt);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    waiter_t *wt = arg;
+    st_metric_inc(wt->owner->m_timed_out);
+    finish(wt);
+}
+
+/* The instance's state_version and whether it ended; -1 on error. */
+static long long current_version(st_api_t *api, const char *id, int *ended)
+{
+    static const char *const sql_version =
+        "SELECT rs.state_version, i.status IN ('completed','failed','cancelled','terminated')"
+        " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
+        " WHERE rs.instance_id = $1::uuid";
+    st_answer_t answer = {0};
+    PGconn *conn = st_api_conn(api, &answer);
+    st_answer_close(&answer);
+    if (conn == NULL)
+        return -1;
+    const char *params[] = {id};
+    PGresult *res = NULL;
+    st_errbuf_t eb;
+    long long v = -1;
+    if (st_pg_exec(conn, sql_version, 1, params, &res, &eb) == ST_OK && PQntuples(res) == 1) {
+        v = atoll(PQgetvalue(res, 0, 0));
+        *ended = PQgetvalue(res, 0, 1)[0] == 't';
+    }
+    PQclear(res);
+    return v;
+}
+
+static void on_hint(redisAsyncContext *c, void *r, void *privdata)
+{
+    st_waiters_t *w = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+        reply->element[2]->type != REDIS_REPLY_STRING)
+        return;   /* the subscribe confirmation, or a disconnect */
+    const char *id = reply->element[2]->str;
+    waiter_t *wt = w->head;
+    while (wt != NULL) {
+        waiter_t *next = wt->next;
+        if (strcmp(wt->instance_id, id) == 0) {
+            int ended = 0;
+            long long v = current_version(w->api, id, &ended);
+            if (v < 0 || v > wt->after_version || ended) {
+                st_metric_inc(w->m_woken);
+                finish(wt);
+            }
+        }
+        wt = next;
+    }
+}
+
+static void subscribe(st_waiters_t *w);
+
+static void on_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+    subscribe(arg);
+}
+
+static void on_disconnect(const redisAsyncContext *c, int status)
+{
+    st_waiters_t *w = c->data;
+    if (w == NULL)
+        return;   /* freed on shutdown */
+    w->redis = NULL;
+    st_log_info("Redis hints unavailable; long polls fall back to their timeouts", NULL);
+    struct timeval tv = {RECONNECT_S, 0};
+    evtimer_add(w->reconnect, &tv);
+}
+
+static void on_connect(const redisAsyncContext *c, int status)
+{
+    if (status != REDIS_OK)
+        on_disconnect(c, status);
+}
+
+static void subscribe(st_waiters_t *w)
+{
+    redisAsyncContext *c = redisAsyncConnect(w->host, w->port);
+    if (c == NULL || c->err) {
+        if (c != NULL)
+            redisAsyncFree(c);
+        struct timeval tv = {RECONNECT_S, 0};
+        evtimer_add(w->reconnect, &tv);
+        return;
+    }
+    c->data = w;
+    redisLibeventAttach(c, w->api->svc->base);
+    redisAsyncSetConnectCallback(c, on_connect);
+    redisAsyncSetDisconnectCallback(c, on_disconnect);
+    redisAsyncCommand(c, on_hint, w, "SUBSCRIBE %s", w->channel);
+    w->redis = c;
+}
+
+st_waiters_t *st_waiters_new(st_api_t *api)
+{
+    st_waiters_t *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        abort();
+    w->api = api;
+    w->m_woken = st_metrics_counter("strand_long_polls_total", "Long polls answered",
+                                    "by=\"hint\"");
+    w->m_timed_out = st_metrics_counter("strand_long_polls_total", "Long polls answered",
+                                        "by=\"timeout\"");
+    w->reconnect = evtimer_new(api->svc->base, on_reconnect, w);
+    snprintf(w->channel, sizeof w->channel, "%swake", api->svc->cfg.topic_prefix);
+    if (st_hint_parse_url(api->svc->cfg.redis_url, w->host, sizeof w->host, &w->port))
+        subscribe(w);
+    return w;
+}
+
+void st_waiters_free(st_waiters_t *w)
+{
+    if (w == NULL)
+        return;
+    while (w->head != NULL)
+        finish(w->head);   /* answer what is parked with the current view */
+    if (w->redis != NULL) {
+        w->redis->data = NULL;   /* on_disconnect, called by the free, then does nothing */
+        redisAsyncFree(w->redis);
+    }
+    event_free(w->reconnect);
+    free(w);
+}
+
+void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_id,
+                     long long after_version, int wait_ms)
+{
+    waiter_t *wt = calloc(1, sizeof *wt);
+    if (wt == NULL)
+        abort();
+    wt->owner = w;
+    wt->req = req;
+    snprintf(wt->instance_id, sizeof wt->instance_id, "%s", instance_id);
+    wt->after_version = after_version;
+    wt->timer = evtimer_new(w->api->svc->base, on_timeout, wt);
+    struct timeval tv = {wait_ms / 1000, (wait_ms % 1000) * 1000};
+    evtimer_add(wt->timer, &tv);
+    wt->next = w->head;
+    w->head = wt;
+}

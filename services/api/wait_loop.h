@@ -1,0 +1,28 @@
+/*
+ * wait_loop.h - long polling on an instance: GET /v1/instances/{id}?wait_ms=N&
+ * after_version=V answers as soon as the instance's state_version exceeds V or it has
+ * ended, or after N ms with its current view. Wake-ups come from Redis hints
+ * (channel <prefix>wake, published by the executor after commit); without Redis, or
+ * while it is down, a parked request is answered at its timeout: slower, never wrong.
+ */
+#ifndef STRAND_API_WAIT_LOOP_H
+#define STRAND_API_WAIT_LOOP_H
+
+#include "api.h"
+
+typedef struct st_waiters st_waiters_t;
+
+/* Creates the waiter table and, when STRAND_REDIS_URL is set, subscribes on the
+ * service's event loop (reconnecting by itself). Caller frees with st_waiters_free(). */
+st_waiters_t *st_waiters_new(st_api_t *api);
+void st_waiters_free(st_waiters_t *w);
+
+/* Parks a deferred request (from st_http_defer()) until the instance moves past
+ * `after_version`, or `wait_ms` pass. Takes ownership of `req`. */
+void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_id,
+                     long long after_version, int wait_ms);
+
+/* Answers `req` with the instance's current view (used when a wait ends). */
+void st_api_answer_instance(st_api_t *api, st_http_req_t *req, const char *instance_id);
+
+#endif
