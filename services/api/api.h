@@ -63,6 +63,8 @@ void st_cmd_task_release(PGconn *conn, const st_principal_t *who, const char *id
 void st_cmd_task_complete(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                    st_answer_t *out);
 
+void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                    st_answer_t *out);
 void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                 st_answer_t *out);
 
@@ -110,6 +112,7 @@ void st_api_signals_register(st_api_t *api);
 void st_api_dead_letters_register(st_api_t *api);
 void st_api_tasks_register(st_api_t *api);
 void st_api_acks_register(st_api_t *api);
+void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */

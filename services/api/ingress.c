@@ -38,6 +38,7 @@ static st_cmd_fn command_for(Strand__V1__CommandType type)
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_RELEASE: return st_cmd_task_release;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE: return st_cmd_task_complete;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK: return st_cmd_ack;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER: return st_cmd_trigger;
     default: return NULL;
     }
 }

@@ -176,6 +176,7 @@ static void register_routes(st_api_t *api)
     st_api_dead_letters_register(api);
     st_api_tasks_register(api);
     st_api_acks_register(api);
+    st_api_triggers_register(api);
 }
 
 /* strand-api --check-openapi: the route table against docs/openapi.json. */

@@ -298,10 +298,11 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
 static const char *const sql_buffer_insert =
     "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload)"
     " VALUES ($1::uuid, $2, $3, $4::jsonb)";
+/* $2 = a signal name, or '*' for the oldest buffered signal of any name. */
 static const char *const sql_buffer_take =
     "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
-    " WHERE instance_id = $1::uuid AND name = $2 ORDER BY id LIMIT 1 FOR UPDATE)"
-    " RETURNING signal_id, payload::text";
+    " WHERE instance_id = $1::uuid AND ($2 = '*' OR name = $2) ORDER BY id LIMIT 1 FOR UPDATE)"
+    " RETURNING signal_id, payload::text, name";
 
 #define MAX_BUFFERED_PER_WAKEUP 100
 
@@ -343,8 +344,8 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
         }
         json_error_t jerr;
         json_t *payload = json_loads(PQgetvalue(res, 0, 1), 0, &jerr);
-        json_t *event = json_pack("{s:s, s:s, s:s, s:o}", "type", "SIGNAL", "name", name,
-                                  "signal_id", PQgetvalue(res, 0, 0), "payload",
+        json_t *event = json_pack("{s:s, s:s, s:s, s:o}", "type", "SIGNAL", "name",
+                                  PQgetvalue(res, 0, 2), "signal_id", PQgetvalue(res, 0, 0), "payload",
                                   payload ? payload : json_object());
         PQclear(res);
         st_run_result_t next = {0};

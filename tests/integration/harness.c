@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +80,9 @@ static pid_t spawn(it_service_t svc, int replica)
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* Die with the test: a crashed test must not leave services behind that would
+         * keep claiming the shared outbox under another topic prefix. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDERR_FILENO);

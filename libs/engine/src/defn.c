@@ -349,7 +349,8 @@ static void check_steps(check_t *c, const char *pointer, const json_t *steps, in
     }
 }
 
-static st_err_t compile_flow(const json_t *doc, check_t *c)
+/* Name and version, common to every kind. */
+static void compile_header(const json_t *doc, check_t *c)
 {
     const json_t *name = json_object_get(doc, "name");
     const json_t *version = json_object_get(doc, "version");
@@ -358,6 +359,11 @@ static st_err_t compile_flow(const json_t *doc, check_t *c)
     if (!json_is_integer(version) || json_integer_value(version) < 1 ||
         json_integer_value(version) > 1000000)
         problem(c, "/version", "version must be a positive integer%s", NULL);
+}
+
+static st_err_t compile_flow(const json_t *doc, check_t *c)
+{
+    compile_header(doc, c);
     check_steps(c, "/steps", json_object_get(doc, "steps"), 1);
     const char *key;
     json_t *v;
@@ -383,11 +389,14 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems)
     if (!json_is_object(doc)) {
         problem(&c, "", "a definition must be a JSON object%s", NULL);
     } else if (kind == NULL) {
-        problem(&c, "/kind", "missing kind (flow)%s", NULL);
+        problem(&c, "/kind", "missing kind (flow, lifecycle)%s", NULL);
     } else if (strcmp(kind, "flow") == 0 || strcmp(kind, "canonical") == 0) {
         compile_flow(doc, &c);
-    } else if (strcmp(kind, "lifecycle") == 0 || strcmp(kind, "process") == 0) {
-        problem(&c, "/kind", "the %s front end is not available yet; import a flow", kind);
+    } else if (strcmp(kind, "lifecycle") == 0) {
+        compile_header(doc, &c);
+        st_lifecycle_validate(doc, c.problems);
+    } else if (strcmp(kind, "process") == 0) {
+        problem(&c, "/kind", "the %s front end is not available yet; import a flow or a lifecycle", kind);
     } else {
         problem(&c, "/kind", "unknown kind '%s' (flow, lifecycle, process)", kind);
     }
@@ -401,10 +410,11 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems)
     st_defn_t *d = calloc(1, sizeof *d);
     if (d == NULL)
         abort();
+    const char *canonical_kind = strcmp(kind, "lifecycle") == 0 ? "lifecycle" : "flow";
     d->canonical = json_deep_copy(doc);
-    json_object_set_new(d->canonical, "kind", json_string("flow"));
+    json_object_set_new(d->canonical, "kind", json_string(canonical_kind));
     d->name = strdup(json_string_value(json_object_get(doc, "name")));
-    d->kind = strdup("flow");
+    d->kind = strdup(canonical_kind);
     d->version = (int)json_integer_value(json_object_get(doc, "version"));
     *out = d;
     return ST_OK;

@@ -10,4 +10,14 @@
 #define ST_MAX_BACKOFF_MS (30LL * 86400000)        /* a retry never waits longer */
 #define ST_MAX_POINTER 400          /* longest step pointer of an accepted definition */
 
+#include <jansson.h>
+
+#include "strand/engine.h"
+
+/* lifecycle.c: validation of a blueprint (problems appended) and its run. */
+void st_lifecycle_validate(const json_t *doc, json_t *problems);
+st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_t *event,
+                          const char *instance_id, long long now_ms, st_run_result_t *result,
+                          st_errbuf_t *eb);
+
 #endif

@@ -694,6 +694,9 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
     run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
                .eb = eb ? eb : &local, .effects = json_array()};
     memset(result, 0, sizeof *result);
+    if (strcmp(st_defn_kind(defn), "lifecycle") == 0)
+        return st_lifecycle_run(st_defn_canonical(defn), snapshot, event, instance_id, now_ms,
+                                result, r.eb);
     const char *type = str(event, "type");
     if (type == NULL) {
         json_decref(r.effects);
@@ -766,6 +769,8 @@ void st_run_result_close(st_run_result_t *result)
 
 const char *st_snapshot_waiting_signal(const json_t *snapshot)
 {
+    if (str(snapshot, "kind") && strcmp(str(snapshot, "kind"), "lifecycle") == 0)
+        return str(snapshot, "status") && strcmp(str(snapshot, "status"), "waiting") == 0 ? "*" : NULL;
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(snapshot, "threads"), i, t) {

@@ -19,7 +19,8 @@
 typedef struct st_defn st_defn_t;   /* compiled, validated definition; immutable */
 
 /* Compiles a front-end document into a canonical definition. `doc` is borrowed.
- * The document's "kind" is "flow" (or "canonical", a stored canonical form).
+ * The document's "kind" is "flow" or "lifecycle" (docs/definitions.md,
+ * docs/lifecycle.md).
  * On success returns ST_OK and *out (caller frees with st_defn_free()); *problems is
  * set to NULL. On failure returns ST_ERR_INVALID and *problems = a new JSON array of
  * {"pointer": "/steps/2/next", "message": "..."} listing every problem found (caller
@@ -28,7 +29,7 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems);
 void st_defn_free(st_defn_t *defn);
 const char *st_defn_name(const st_defn_t *defn);        /* borrowed */
 int st_defn_version(const st_defn_t *defn);
-const char *st_defn_kind(const st_defn_t *defn);        /* "flow"; borrowed */
+const char *st_defn_kind(const st_defn_t *defn);        /* "flow" | "lifecycle"; borrowed */
 const json_t *st_defn_canonical(const st_defn_t *defn); /* borrowed, valid until free */
 
 /* Outcome of one run. */
@@ -61,7 +62,8 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
 /* Releases both JSON values and zeroes the result. */
 void st_run_result_close(st_run_result_t *result);
 
-/* The name of the signal a waiting snapshot waits for, or NULL. Borrowed from the
+/* The name of the signal a waiting snapshot waits for, "*" when it takes any named
+ * signal (a lifecycle instance waiting for triggers), or NULL. Borrowed from the
  * snapshot. Lets a service deliver a buffered signal after a run. */
 const char *st_snapshot_waiting_signal(const json_t *snapshot);
 

@@ -1,0 +1,173 @@
+/*
+ * test_lifecycle.c - the lifecycle front end on the real servers: a blueprint is
+ * imported; triggers over HTTP create the instance per external_ref and move it;
+ * each transition and each hook its policies select becomes a work event for the
+ * route's consumers, ACKed per consumer; a repeated request_id (DuplicateRequest), an
+ * event not allowed from the state (TransitionRejected), an event leading to the
+ * current state (NoOpAlreadyInState) and a repeating state timeout (TimeoutTriggered)
+ * raise their notices; a final state completes the instance.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "st_test.h"
+
+static char name[64], ref[80];
+
+static long long wait_number(const char *sql, long long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    long long value = -1;
+    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
+        usleep(100 * 1000);
+    return value;
+}
+
+static double metric(it_service_t svc, const char *series)
+{
+    char *text = NULL;
+    it_http_text(svc, "/metrics", &text);
+    char needle[200];
+    snprintf(needle, sizeof needle, "\n%s ", series);
+    const char *p = text ? strstr(text, needle) : NULL;
+    double v = p ? atof(p + strlen(needle)) : 0;
+    free(text);
+    return v;
+}
+
+static long trigger(const char *event, const char *request_id, json_t **answer)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"%s\",\"event\":\"%s\","
+             "\"request_id\":\"%s\",\"actor\":\"clerk\",\"payload\":{\"amount\":12}}", name, ref,
+             event, request_id);
+    return it_http(IT_API, "POST", "/v1/triggers", body, answer);
+}
+
+static void test_lifecycle(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    char doc[3000];
+    snprintf(doc, sizeof doc,
+        "{\"kind\":\"lifecycle\",\"name\":\"%s\",\"version\":1,\"env\":\"test\",\"initial\":\"created\","
+        "\"states\":[{\"name\":\"created\"},"
+        "  {\"name\":\"paid\",\"timeout\":{\"after\":1000,\"event\":\"remind\",\"repeat\":{\"every\":1000,\"max\":2}}},"
+        "  {\"name\":\"shipped\",\"final\":true}],"
+        "\"events\":[\"pay\",\"remind\",\"ship\"],"
+        "\"transitions\":[{\"from\":\"created\",\"event\":\"pay\",\"to\":\"paid\"},"
+        "  {\"from\":\"paid\",\"event\":\"remind\",\"to\":\"paid\"},"
+        "  {\"from\":\"paid\",\"event\":\"ship\",\"to\":\"shipped\"}],"
+        "\"transition_route\":\"app\","
+        "\"routes\":{\"app\":{\"consumers\":[\"orders-app\"]},"
+        "  \"billing\":{\"consumers\":[{\"consumer\":\"billing\",\"delivery_timeout_s\":60}]}},"
+        "\"policies\":[{\"when\":{\"event\":\"pay\"},\"hooks\":[{\"code\":\"charge-card\",\"route\":\"billing\","
+        "  \"payload\":{\"amount\":\"event.amount * 100\"}}]}]}", name);
+    json_t *answer = NULL;
+    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
+    if (status != 201) {
+        char *t = json_dumps(answer, 0);
+        fprintf(stderr, "\nimport: %ld %s\n", status, t);
+        free(t);
+    }
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    json_decref(answer);
+
+    /* Not allowed from "created": rejected, nothing moves (the instance is created). */
+    CU_ASSERT_EQUAL(trigger("ship", "r0", &answer), 202);
+    char id[40];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "instance_id")));
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "created")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(trigger("pay", "r1", &answer), 202);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: "", id);
+    CU_ASSERT_FALSE(json_is_true(json_object_get(answer, "created")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(trigger("pay", "r1", &answer), 200);   /* the same request again */
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+    /* Transition + hook: two work events for this instance, the hook's payload computed. */
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
+             " AND event_code IN ('pay', 'charge-card')", id);
+    CU_ASSERT_EQUAL(wait_number(sql, 2, 20), 2);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
+             " WHERE w.instance_id = '%s' AND w.kind = 'hook' AND a.consumer = 'billing'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* "pay" again from "paid": leads where it already is. */
+    CU_ASSERT_EQUAL(trigger("pay", "r2", NULL), 202);
+    /* The timeout fires "remind" after 1 s and repeats twice more (max 2). */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
+             " AND event_code = 'remind'", id);
+    CU_ASSERT_EQUAL(wait_number(sql, 3, 20), 3);
+    sleep(2);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 3);   /* and no more */
+    CU_ASSERT_EQUAL(trigger("ship", "r3", NULL), 202);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+             " AND status = 'completed' AND output->>'state' = 'shipped'", id);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    /* Notices, counted where they were raised. */
+    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"TransitionRejected\"}") >= 1);
+    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"NoOpAlreadyInState\"}") >= 1);
+    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"TimeoutTriggered\"}") >= 3);
+    CU_ASSERT_TRUE(metric(IT_API, "strand_notices_total{code=\"DuplicateRequest\"}") >= 1);
+    /* The timeline in the snapshot: pay, remind x3, ship. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &answer), 200);
+    json_t *timeline = json_object_get(json_object_get(answer, "snapshot"), "timeline");
+    CU_ASSERT_EQUAL_FATAL(json_array_size(timeline), 5);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(timeline, 4), "to")), "shipped");
+    json_decref(answer);
+    /* Bad triggers: clear 4xx, nothing written. */
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/triggers", "{\"definition\":\"x\"}", &answer), 400);
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/triggers",
+                            "{\"definition\":\"nope\",\"external_ref\":\"a\",\"event\":\"e\",\"request_id\":\"1\"}",
+                            NULL), 404);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+static void test_invalid_blueprint(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    const char *bad = "{\"kind\":\"lifecycle\",\"name\":\"bad-bp\",\"version\":1,\"env\":\"t\",\"initial\":\"a\","
+        "\"states\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"name\":\"island\"},"
+        "  {\"name\":\"c\",\"timeout\":{\"after\":1000}}],"
+        "\"events\":[\"go\"],\"transitions\":[{\"from\":\"a\",\"event\":\"go\",\"to\":\"b\"},"
+        "  {\"from\":\"b\",\"event\":\"go\",\"to\":\"nowhere\"}],"
+        "\"transition_route\":\"app\",\"routes\":{\"app\":{\"consumers\":[]}}}";
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/definitions", bad, &answer), 422);
+    char *text = json_dumps(json_object_get(answer, "problems"), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "/transitions/1/to"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "unreachable"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "/states/3/timeout/event"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "/routes/app/consumers"));
+    free(text);
+    json_decref(answer);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+int main(void)
+{
+    if (!it_init("test_lifecycle"))
+        return 1;
+    snprintf(name, sizeof name, "order-lc-%ld-%d", (long)time(NULL), (int)getpid());
+    snprintf(ref, sizeof ref, "order-%d", (int)getpid());
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite("lifecycle", NULL, NULL);
+    CU_add_test(suite, "triggers, hooks, notices, timeouts", test_lifecycle);
+    CU_add_test(suite, "invalid blueprint", test_invalid_blueprint);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    it_stop_all();
+    return failed == 0 && ran == 2 ? 0 : 1;
+}
