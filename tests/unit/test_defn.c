@@ -131,7 +131,7 @@ static void test_document_level_errors(void)
     p = problems_of("{\"kind\":\"workflow\"}");
     CU_ASSERT_TRUE(has_problem(p, "/kind", "unknown kind"));
     json_decref(p);
-    p = problems_of("{\"kind\":\"lifecycle\"}");
+    p = problems_of("{\"kind\":\"process\"}");
     CU_ASSERT_TRUE(has_problem(p, "/kind", "not available yet"));
     json_decref(p);
     p = problems_of("[1, 2]");

@@ -694,9 +694,11 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
     run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
                .eb = eb ? eb : &local, .effects = json_array()};
     memset(result, 0, sizeof *result);
-    if (strcmp(st_defn_kind(defn), "lifecycle") == 0)
+    if (strcmp(st_defn_kind(defn), "lifecycle") == 0) {
+        json_decref(r.effects);
         return st_lifecycle_run(st_defn_canonical(defn), snapshot, event, instance_id, now_ms,
                                 result, r.eb);
+    }
     const char *type = str(event, "type");
     if (type == NULL) {
         json_decref(r.effects);
