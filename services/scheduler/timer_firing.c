@@ -21,6 +21,7 @@ struct st_timer_firing {
     st_due_loop_t *loop;
     time_t last_housekeeping;
     st_metric_t *m_fired, *m_lateness, *m_pending, *m_batches;
+    st_metric_t *m_pending_shard[ST_TIMER_SHARDS];
 };
 
 static const char *const sql_timers_claim =
@@ -34,7 +35,7 @@ static const char *const sql_next_due =
     "SELECT (extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
     " FROM strand.timers WHERE fired_at IS NULL";
 static const char *const sql_pending =
-    "SELECT count(*) FROM strand.timers WHERE fired_at IS NULL";
+    "SELECT shard, count(*) FROM strand.timers WHERE fired_at IS NULL GROUP BY shard";
 static const char *const sql_purge =
     "DELETE FROM strand.timers WHERE id IN (SELECT id FROM strand.timers"
     " WHERE fired_at < now() - make_interval(secs => $1) LIMIT 10000)";
@@ -90,8 +91,19 @@ static void housekeeping(st_timer_firing_t *f, PGconn *conn)
     f->last_housekeeping = now;
     st_errbuf_t eb;
     PGresult *res = NULL;
-    if (st_pg_exec(conn, sql_pending, 0, NULL, &res, &eb) == ST_OK)
-        st_metric_set(f->m_pending, atof(PQgetvalue(res, 0, 0)));
+    if (st_pg_exec(conn, sql_pending, 0, NULL, &res, &eb) == ST_OK) {
+        double total = 0, per_shard[ST_TIMER_SHARDS] = {0};
+        for (int i = 0; i < PQntuples(res); i++) {
+            int shard = atoi(PQgetvalue(res, i, 0));
+            double n = atof(PQgetvalue(res, i, 1));
+            if (shard >= 0 && shard < ST_TIMER_SHARDS)
+                per_shard[shard] = n;
+            total += n;
+        }
+        for (int shard = 0; shard < ST_TIMER_SHARDS; shard++)
+            st_metric_set(f->m_pending_shard[shard], per_shard[shard]);
+        st_metric_set(f->m_pending, total);
+    }
     PQclear(res);
     char secs[16];
     snprintf(secs, sizeof secs, "%d", f->svc->cfg.outbox_retention_s);
@@ -127,6 +139,13 @@ st_err_t st_timer_firing_start(st_service_t *svc, st_timer_firing_t **out, st_er
     f->m_pending = st_metrics_gauge("strand_timers_pending",
                                     "Timers not yet fired (sampled every 15 s)", NULL);
     f->m_batches = st_metrics_counter("strand_timer_batches_total", "Firing batches committed", NULL);
+    for (int shard = 0; shard < ST_TIMER_SHARDS; shard++) {
+        char labels[32];
+        snprintf(labels, sizeof labels, "shard=\"%d\"", shard);
+        f->m_pending_shard[shard] = st_metrics_gauge("strand_timers_pending_by_shard",
+                                                     "Timers not yet fired per shard (sampled every 15 s)",
+                                                     labels);
+    }
     st_due_loop_config_t cfg = {"scheduler", ST_TIMER_CHANNEL, FIRE_BATCH, fire_due,
                                 next_wait_ms, f};
     st_err_t err = st_due_loop_start(svc, &cfg, &f->loop, eb);

@@ -188,6 +188,41 @@ static void test_ack_validation(void)
                         "\"outcome\":\"meh\"", NULL), 400);
 }
 
+/* A call with the Kafka transport: a work event awaiting a processed ACK whose result
+ * resumes the instance. */
+static void test_kafka_call_transport(void)
+{
+    char doc[1024], body[256], name[96];
+    snprintf(name, sizeof name, "%s-kcall", def_name);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"quote\",\"type\":\"call\",\"transport\":\"kafka\",\"consumers\":[\"pricing\"],"
+             " \"request\":{\"sku\":\"input.sku\"},\"result\":\"price\"},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"price\":\"state.price.amount\"}}]}", name);
+    CU_ASSERT_EQUAL_FATAL(it_http(IT_API, "POST", "/v1/definitions", doc, NULL), 201);
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"sku\":\"A-1\"}}", name);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL_FATAL(it_http(IT_API, "POST", "/v1/instances", body, &answer), 201);
+    char id[40], sql[300];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "id")));
+    json_decref(answer);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
+             " AND kind = 'call'", id);
+    CU_ASSERT_EQUAL_FATAL(wait_number(sql, 1, 20), 1);
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'", id);
+    PGresult *res = PQexec(conn, sql);
+    char guid[40];
+    snprintf(guid, sizeof guid, "%s", PQntuples(res) ? PQgetvalue(res, 0, 0) : "");
+    PQclear(res);
+    PQfinish(conn);
+    CU_ASSERT_EQUAL(ack(guid, "pricing", "delivered", NULL, NULL), 200);
+    CU_ASSERT_EQUAL(ack(guid, "pricing", "processed", "\"result\":{\"amount\":42}", NULL), 200);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+             " AND status = 'completed' AND (output->>'price')::int = 42", id);
+    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+}
+
 static void test_monitor_metrics(void)
 {
     char *text = NULL;
@@ -212,6 +247,7 @@ int main(void)
     CU_add_test(suite, "processed late: reminded", test_processed_late_is_reminded);
     CU_add_test(suite, "failure with retry_at", test_failure_with_retry_at);
     CU_add_test(suite, "ack validation", test_ack_validation);
+    CU_add_test(suite, "call over Kafka awaiting a processed ACK", test_kafka_call_transport);
     CU_add_test(suite, "monitor metrics", test_monitor_metrics);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
@@ -219,5 +255,5 @@ int main(void)
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     it_stop_all();
-    return failed == 0 && ran == 7 ? 0 : 1;
+    return failed == 0 && ran == 8 ? 0 : 1;
 }

@@ -76,6 +76,10 @@ static void test_run_with_kills_and_restarts(void)
     ids = calloc((size_t)n_instances, sizeof *ids);
     srand((unsigned)time(NULL));
     int kills = 0, restarts = 0;
+    /* The moments of the faults are random within the run. */
+    int kill_executor_at = n_instances / 8 + rand() % (n_instances / 4 + 1);
+    int kill_api_at = n_instances / 2 + rand() % (n_instances / 4 + 1);
+    int restart_pg_at = rand() % n_instances;
     for (int i = 0; i < n_instances; i++) {
         char body[256], request_id[96];
         snprintf(request_id, sizeof request_id, "%s-%d", def_name, i);
@@ -94,17 +98,17 @@ static void test_run_with_kills_and_restarts(void)
             snprintf(body, sizeof body, "{\"name\":\"go\",\"payload\":{\"v\":%d},\"request_id\":\"go-%s\"}", i, ids[i]);
             http_retry("POST", path, body, NULL);
         }
-        if (i == n_instances / 4) {   /* kill -9 an executor replica mid-run, restart it */
+        if (i == kill_executor_at) {   /* kill -9 an executor replica mid-run, restart it */
             it_kill9(replica);
             replica = it_start_replica(IT_EXECUTOR, 1);
             kills++;
         }
-        if (i == n_instances / 2) {   /* kill -9 the API (and its relay), restart it */
+        if (i == kill_api_at) {   /* kill -9 the API (and its relay), restart it */
             it_stop(IT_API, SIGKILL, 5);
             it_start(IT_API);
             kills++;
         }
-        if (i == (3 * n_instances) / 4) {
+        if (i == restart_pg_at) {
             CU_ASSERT_EQUAL(it_stack("restart postgres"), 0);
             restarts++;
         }
