@@ -1,6 +1,7 @@
 /* harness.c - integration-test helpers (see harness.h). */
 #include "harness.h"
 
+#include <CUnit/Basic.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -274,4 +275,29 @@ long long it_sql_number(const char *sql)
     }
     PQfinish(conn);
     return value;
+}
+
+long long it_wait_number(const char *sql, long long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    long long value = -1;
+    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
+        usleep(50 * 1000);
+    return value;
+}
+
+int it_run_suite(const char *suite_name, const it_case_t *cases, int ncases)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite(suite_name, NULL, NULL);
+    for (int i = 0; i < ncases; i++)
+        CU_add_test(suite, cases[i].name, cases[i].fn);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    it_stop_all();
+    return failed == 0 && ran == (unsigned)ncases ? 0 : 1;
 }

@@ -57,6 +57,20 @@ long it_http(it_service_t svc, const char *method, const char *path, const char 
 /* GET returning the raw body in *text (caller frees). Returns the status. */
 long it_http_text(it_service_t svc, const char *path, char **text);
 
+/* Polls `sql` every 50 ms until it returns at least `want` or `timeout_s` pass;
+ * returns the last value. */
+long long it_wait_number(const char *sql, long long want, int timeout_s);
+
+/* One test of an integration suite. */
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} it_case_t;
+
+/* Runs the cases in order as one CUnit suite, then stops every service. Returns the
+ * process exit status: 0 only if every case ran and passed. */
+int it_run_suite(const char *suite, const it_case_t *cases, int ncases);
+
 /* Runs SQL on the test database and returns the first column of the first row as a
  * number (-1 on error). */
 long long it_sql_number(const char *sql);

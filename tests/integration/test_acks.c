@@ -20,15 +20,6 @@
 static char instance_id[40];
 static char def_name[64];
 
-static long long wait_number(const char *sql, long long want, int timeout_s)
-{
-    time_t deadline = time(NULL) + timeout_s;
-    long long value = -1;
-    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
-        usleep(100 * 1000);
-    return value;
-}
-
 /* Emits one work event for `consumer` with short deadlines; returns its ack_guid. */
 static void emit(const char *consumer, int delivery_s, int processing_s, int max_raises,
                  char guid[37])
@@ -91,7 +82,7 @@ static void test_delivered_then_processed(void)
 {
     char guid[37];
     emit("billing", 30, 300, 3, guid);
-    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'work'"
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'work'"
                                 " AND published_at IS NOT NULL", 1, 20) >= 1, 1);
     json_t *answer = NULL;
     CU_ASSERT_EQUAL(ack(guid, "billing", "delivered", NULL, &answer), 200);
@@ -119,7 +110,7 @@ static void test_never_delivered_is_reraised_then_fails(void)
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
              " AND stage = 'failed'", guid);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
     CU_ASSERT_EQUAL(work_rows(guid), 3);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reraised'"
              " AND detail->>'ack_guid' = '%s'", guid);
@@ -144,7 +135,7 @@ static void test_processed_late_is_reminded(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reminded'"
              " AND detail->>'ack_guid' = '%s' AND detail->>'notice' = 'ProcessingReminderRaised'",
              guid);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
     CU_ASSERT_EQUAL(ack(guid, "crm", "processed", NULL, NULL), 200);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
              " AND stage = 'done' AND reminders >= 1", guid);
@@ -166,7 +157,7 @@ static void test_failure_with_retry_at(void)
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE kind = 'work_reraised'"
              " AND detail->>'ack_guid' = '%s'", guid);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
     CU_ASSERT_EQUAL(work_rows(guid), 2);
     CU_ASSERT_EQUAL(ack(guid, "erp", "processed", NULL, NULL), 200);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
@@ -208,7 +199,7 @@ static void test_kafka_call_transport(void)
     json_decref(answer);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
              " AND kind = 'call'", id);
-    CU_ASSERT_EQUAL_FATAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 20), 1);
     PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
     snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'", id);
     PGresult *res = PQexec(conn, sql);
@@ -220,7 +211,7 @@ static void test_kafka_call_transport(void)
     CU_ASSERT_EQUAL(ack(guid, "pricing", "processed", "\"result\":{\"amount\":42}", NULL), 200);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
              " AND status = 'completed' AND (output->>'price')::int = 42", id);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
 }
 
 static void test_monitor_metrics(void)
@@ -238,22 +229,15 @@ int main(void)
     if (!it_init("test_acks"))
         return 1;
     snprintf(def_name, sizeof def_name, "acks-%ld-%d", (long)time(NULL), (int)getpid());
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("acks", NULL, NULL);
-    CU_add_test(suite, "setup", test_setup);
-    CU_add_test(suite, "delivered then processed", test_delivered_then_processed);
-    CU_add_test(suite, "never delivered: re-raised, then fails", test_never_delivered_is_reraised_then_fails);
-    CU_add_test(suite, "processed late: reminded", test_processed_late_is_reminded);
-    CU_add_test(suite, "failure with retry_at", test_failure_with_retry_at);
-    CU_add_test(suite, "ack validation", test_ack_validation);
-    CU_add_test(suite, "call over Kafka awaiting a processed ACK", test_kafka_call_transport);
-    CU_add_test(suite, "monitor metrics", test_monitor_metrics);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 8 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"setup", test_setup},
+        {"delivered then processed", test_delivered_then_processed},
+        {"never delivered: re-raised, then fails", test_never_delivered_is_reraised_then_fails},
+        {"processed late: reminded", test_processed_late_is_reminded},
+        {"failure with retry_at", test_failure_with_retry_at},
+        {"ack validation", test_ack_validation},
+        {"call over Kafka awaiting a processed ACK", test_kafka_call_transport},
+        {"monitor metrics", test_monitor_metrics},
+    };
+    return it_run_suite("acks", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -193,16 +193,8 @@ int main(void)
     if (n != NULL && atoi(n) > 0)
         n_instances = atoi(n);
     snprintf(def_name, sizeof def_name, "crash-%ld-%d", (long)time(NULL), (int)getpid());
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("crash", NULL, NULL);
-    CU_add_test(suite, "kills and restarts: every instance completes exactly once",
-                test_run_with_kills_and_restarts);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 1 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"kills and restarts: every instance completes exactly once", test_run_with_kills_and_restarts},
+    };
+    return it_run_suite("crash", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -16,16 +16,6 @@
 
 static char def_name[64];
 
-/* Waits until `sql` returns at least `want`; returns the last value. */
-static long long wait_number(const char *sql, long long want, int timeout_s)
-{
-    time_t deadline = time(NULL) + timeout_s;
-    long long value = -1;
-    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
-        usleep(50 * 1000);
-    return value;
-}
-
 static void test_start(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
@@ -46,7 +36,7 @@ static void test_poison_message_is_dead_lettered(void)
                                   " VALUES ('signals', 'poison', '\\xdeadbeef'::bytea) RETURNING 1),"
                                   " n AS (SELECT pg_notify('strand_outbox', ''))"
                                   " SELECT count(*) FROM ins, n"), 1);
-    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
                     before + 1);
     /* The partition is not blocked: a normal instance still completes. */
     char body[256];
@@ -56,10 +46,10 @@ static void test_poison_message_is_dead_lettered(void)
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
              " AND status = 'completed'", json_string_value(json_object_get(answer, "id")));
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
     json_decref(answer);
     /* The DLQ topic got the envelope too (through the outbox). */
-    CU_ASSERT_TRUE(wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'dlq'"
+    CU_ASSERT_TRUE(it_wait_number("SELECT count(*) FROM strand.outbox WHERE topic = 'dlq'"
                                " AND published_at IS NOT NULL", 1, 30) >= 1);
 }
 
@@ -85,7 +75,7 @@ static void test_dead_letter_api(void)
     snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 200);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);   /* at most once */
-    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters", before + 1, 30),
                     before + 1);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE id = %lld"
@@ -126,7 +116,7 @@ static void test_signal_validation(void)
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
              " AND status = 'completed'", id);
-    CU_ASSERT_EQUAL_FATAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 30), 1);
     char path[128];
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", &answer), 400);
@@ -175,7 +165,7 @@ static void test_kafka_ingress(void)
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s'"
              " AND status = 'completed' AND output->>'message' = 'hello kafka'", ref);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
 
     /* Refused by the command (unknown definition): notice + dead letter, no instance. */
     const char *bad_args = "{\"definition\":\"no-such-definition\"}";
@@ -186,7 +176,7 @@ static void test_kafka_ingress(void)
     /* Not a protobuf at all. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
     CU_ASSERT_TRUE(produce_ingress(junk, sizeof junk));
-    CU_ASSERT_EQUAL(wait_number("SELECT count(*) FROM strand.dead_letters", dead + 2, 30), dead + 2);
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters", dead + 2, 30), dead + 2);
     CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >=
                    notices + 2);
     CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.dead_letters WHERE"
@@ -201,7 +191,7 @@ static void test_kafka_ingress(void)
     CU_ASSERT_TRUE(produce_ingress(buf, len));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s-2'",
              ref);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
 }
 
 static void test_stop(void)
@@ -214,20 +204,13 @@ int main(void)
     if (!it_init("test_executor"))
         return 1;
     snprintf(def_name, sizeof def_name, "exec-%ld-%d", (long)time(NULL), (int)getpid());
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("executor", NULL, NULL);
-    CU_add_test(suite, "start", test_start);
-    CU_add_test(suite, "poison message is dead-lettered", test_poison_message_is_dead_lettered);
-    CU_add_test(suite, "dead letter API", test_dead_letter_api);
-    CU_add_test(suite, "signal validation", test_signal_validation);
-    CU_add_test(suite, "kafka ingress", test_kafka_ingress);
-    CU_add_test(suite, "stop", test_stop);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 6 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"start", test_start},
+        {"poison message is dead-lettered", test_poison_message_is_dead_lettered},
+        {"dead letter API", test_dead_letter_api},
+        {"signal validation", test_signal_validation},
+        {"kafka ingress", test_kafka_ingress},
+        {"stop", test_stop},
+    };
+    return it_run_suite("executor", cases, (int)(sizeof cases / sizeof cases[0]));
 }

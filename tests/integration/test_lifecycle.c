@@ -18,15 +18,6 @@
 
 static char name[64], ref[80];
 
-static long long wait_number(const char *sql, long long want, int timeout_s)
-{
-    time_t deadline = time(NULL) + timeout_s;
-    long long value = -1;
-    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
-        usleep(100 * 1000);
-    return value;
-}
-
 static double metric(it_service_t svc, const char *series)
 {
     char *text = NULL;
@@ -93,7 +84,7 @@ static void test_lifecycle(void)
     char sql[512];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
              " AND event_code IN ('pay', 'charge-card')", id);
-    CU_ASSERT_EQUAL(wait_number(sql, 2, 20), 2);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 2, 20), 2);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
              " WHERE w.instance_id = '%s' AND w.kind = 'hook' AND a.consumer = 'billing'", id);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
@@ -102,13 +93,13 @@ static void test_lifecycle(void)
     /* The timeout fires "remind" after 1 s and repeats twice more (max 2). */
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
              " AND event_code = 'remind'", id);
-    CU_ASSERT_EQUAL(wait_number(sql, 3, 20), 3);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 3, 20), 3);
     sleep(2);
     CU_ASSERT_EQUAL(it_sql_number(sql), 3);   /* and no more */
     CU_ASSERT_EQUAL(trigger("ship", "r3", NULL), 202);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
              " AND status = 'completed' AND output->>'state' = 'shipped'", id);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
     /* Notices, counted where they were raised. */
     CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"TransitionRejected\"}") >= 1);
     CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"NoOpAlreadyInState\"}") >= 1);
@@ -158,16 +149,9 @@ int main(void)
         return 1;
     snprintf(name, sizeof name, "order-lc-%ld-%d", (long)time(NULL), (int)getpid());
     snprintf(ref, sizeof ref, "order-%d", (int)getpid());
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("lifecycle", NULL, NULL);
-    CU_add_test(suite, "triggers, hooks, notices, timeouts", test_lifecycle);
-    CU_add_test(suite, "invalid blueprint", test_invalid_blueprint);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 2 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"triggers, hooks, notices, timeouts", test_lifecycle},
+        {"invalid blueprint", test_invalid_blueprint},
+    };
+    return it_run_suite("lifecycle", cases, (int)(sizeof cases / sizeof cases[0]));
 }

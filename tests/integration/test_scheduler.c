@@ -104,16 +104,8 @@ int main(void)
     if (n != NULL && atoi(n) > 0)
         n_timers = atoi(n);
     st_uuid_new(tag);
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("scheduler", NULL, NULL);
-    CU_add_test(suite, "timers fire once through kills and replicas",
-                test_timers_fire_once_through_kills_and_replicas);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 1 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"timers fire once through kills and replicas", test_timers_fire_once_through_kills_and_replicas},
+    };
+    return it_run_suite("scheduler", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -346,25 +346,18 @@ int main(void)
     if (!it_init("test_slice"))
         return 1;
     snprintf(def_name, sizeof def_name, "hello-%ld-%d", (long)time(NULL), (int)getpid());
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("slice", NULL, NULL);
-    CU_add_test(suite, "services start", test_services_start);
-    CU_add_test(suite, "import definition", test_import_definition);
-    CU_add_test(suite, "invalid definition changes nothing", test_invalid_definition_changes_nothing);
-    CU_add_test(suite, "batch runs to completion", test_batch_runs_to_completion);
-    CU_add_test(suite, "start is idempotent by request_id", test_start_is_idempotent_by_request_id);
-    CU_add_test(suite, "redelivered START is applied once", test_redelivered_start_is_applied_once);
-    CU_add_test(suite, "history and runtime views", test_history_and_runtime_views);
-    CU_add_test(suite, "bad requests get clear errors", test_bad_requests);
-    CU_add_test(suite, "list paginates", test_list_paginates);
-    CU_add_test(suite, "metrics exposed", test_metrics_exposed);
-    CU_add_test(suite, "graceful stop and identical restart", test_graceful_stop_and_identical_restart);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 11 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"services start", test_services_start},
+        {"import definition", test_import_definition},
+        {"invalid definition changes nothing", test_invalid_definition_changes_nothing},
+        {"batch runs to completion", test_batch_runs_to_completion},
+        {"start is idempotent by request_id", test_start_is_idempotent_by_request_id},
+        {"redelivered START is applied once", test_redelivered_start_is_applied_once},
+        {"history and runtime views", test_history_and_runtime_views},
+        {"bad requests get clear errors", test_bad_requests},
+        {"list paginates", test_list_paginates},
+        {"metrics exposed", test_metrics_exposed},
+        {"graceful stop and identical restart", test_graceful_stop_and_identical_restart},
+    };
+    return it_run_suite("slice", cases, (int)(sizeof cases / sizeof cases[0]));
 }

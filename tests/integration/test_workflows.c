@@ -21,15 +21,6 @@
 static char suffix[48];
 static char parent_name[80], child_name[80], retry_name[80];
 
-static long long wait_number(const char *sql, long long want, int timeout_s)
-{
-    time_t deadline = time(NULL) + timeout_s;
-    long long value = -1;
-    while (time(NULL) < deadline && (value = it_sql_number(sql)) < want)
-        usleep(50 * 1000);
-    return value;
-}
-
 static json_t *wait_status(const char *id, const char *want, int timeout_s)
 {
     char path[128];
@@ -157,7 +148,7 @@ static void test_full_flow(void)
     char *task = wait_task(id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.signal_buffer WHERE instance_id = '%s'", id);
-    CU_ASSERT_EQUAL(wait_number(sql, 1, 10), 1);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
     json_t *t = NULL;
     snprintf(path, sizeof path, "/v1/tasks/%s", task);
     CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &t), 200);
@@ -270,7 +261,7 @@ static void test_stale_signals_change_nothing(void)
         inject(&stale[i]);
         snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'"
                  " AND outcome = 'stale'", stale[i].signal_id);
-        CU_ASSERT_EQUAL(wait_number(sql, 1, 20), 1);
+        CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
         st_signal_close(&stale[i]);
     }
     snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
@@ -359,21 +350,14 @@ int main(void)
     snprintf(parent_name, sizeof parent_name, "order-%s", suffix);
     snprintf(child_name, sizeof child_name, "double-%s", suffix);
     snprintf(retry_name, sizeof retry_name, "retry-%s", suffix);
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite suite = CU_add_suite("workflows", NULL, NULL);
-    CU_add_test(suite, "setup", test_setup);
-    CU_add_test(suite, "call, task, buffered signal, timer, parallel subworkflow", test_full_flow);
-    CU_add_test(suite, "call retries with backoff, then the failure path", test_call_retries_then_failure_path);
-    CU_add_test(suite, "cancel a waiting instance", test_cancel_waiting_instance);
-    CU_add_test(suite, "stale signals change nothing", test_stale_signals_change_nothing);
-    CU_add_test(suite, "long poll woken by a Redis hint", test_long_poll_woken_by_hint);
-    CU_add_test(suite, "stop", test_stop);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    unsigned ran = CU_get_number_of_tests_run();
-    CU_cleanup_registry();
-    it_stop_all();
-    return failed == 0 && ran == 7 ? 0 : 1;
+    static const it_case_t cases[] = {
+        {"setup", test_setup},
+        {"call, task, buffered signal, timer, parallel subworkflow", test_full_flow},
+        {"call retries with backoff, then the failure path", test_call_retries_then_failure_path},
+        {"cancel a waiting instance", test_cancel_waiting_instance},
+        {"stale signals change nothing", test_stale_signals_change_nothing},
+        {"long poll woken by a Redis hint", test_long_poll_woken_by_hint},
+        {"stop", test_stop},
+    };
+    return it_run_suite("workflows", cases, (int)(sizeof cases / sizeof cases[0]));
 }
