@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "strand/log.h"
@@ -28,9 +29,17 @@ struct st_dispatcher {
     st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
 };
 
+/* Calls a crashed dispatcher left 'sent' go back to 'pending' once they are surely
+ * over (their timeout plus a minute); the worker sees the same idempotency key. */
 static const char *const sql_calls_recover =
     "UPDATE strand.calls SET status = 'pending', updated_at = now() WHERE status = 'sent'"
     " AND updated_at < now() - make_interval(secs => timeout_ms / 1000.0 + 60)";
+/* The signal dedup window: older processed-signal ids are forgotten. A redelivery
+ * older than the window is still caught by the version and waiting-token checks. */
+static const char *const sql_dedup_purge =
+    "DELETE FROM strand.processed_signals WHERE signal_id IN (SELECT signal_id"
+    " FROM strand.processed_signals WHERE processed_at < now() - make_interval(secs => $1)"
+    " LIMIT 10000)";
 static const char *const sql_calls_claim =
     "UPDATE strand.calls SET status = 'sent', updated_at = now() WHERE id IN ("
     " SELECT id FROM strand.calls WHERE status = 'pending' ORDER BY created_at"
@@ -192,7 +201,7 @@ static int dispatch_batch(st_dispatcher_t *d)
 static void *dispatcher_main(void *arg)
 {
     st_dispatcher_t *d = arg;
-    int recovered = 0;
+    time_t last_housekeeping = 0;
     while (!dispatcher_stopping(d)) {
         st_errbuf_t eb;
         if (d->conn == NULL || PQstatus(d->conn) != CONNECTION_OK) {
@@ -207,10 +216,17 @@ static void *dispatcher_main(void *arg)
                 continue;
             }
         }
-        if (!recovered) {
-            if (st_pg_exec(d->conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK)
+        /* Housekeeping at start-up and then at most once a minute: bounded, indexed. */
+        if (time(NULL) - last_housekeeping >= 60) {
+            char secs[16];
+            snprintf(secs, sizeof secs, "%d", d->svc->cfg.dedup_retention_s);
+            const char *params[] = {secs};
+            if (st_pg_exec(d->conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK ||
+                st_pg_exec(d->conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
+                st_log_warn("executor housekeeping failed", "%s", eb.msg);
                 continue;
-            recovered = 1;
+            }
+            last_housekeeping = time(NULL);
         }
         int n;
         while ((n = dispatch_batch(d)) == CLAIM_BATCH && !dispatcher_stopping(d))
@@ -227,7 +243,7 @@ static void *dispatcher_main(void *arg)
         }
         struct pollfd pfd[2] = {{.fd = PQsocket(d->conn), .events = POLLIN},
                                 {.fd = d->stop_pipe[0], .events = POLLIN}};
-        poll(pfd, 2, SAFETY_WAIT_MS);
+        poll(pfd, 2, SAFETY_WAIT_MS);   /* also paces the housekeeping above */
         PQconsumeInput(d->conn);
         while ((note = PQnotifies(d->conn)) != NULL)
             PQfreemem(note);

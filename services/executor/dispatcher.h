@@ -6,8 +6,10 @@
  * strand.calls with FOR UPDATE SKIP LOCKED and marks them sent (commit), performs the
  * HTTP POST with the call's timeout and an Idempotency-Key header, then, in one
  * transaction, records the result and enqueues the CALL_RESULT signal with the call's
- * waiting token. At start-up a bounded recovery sweep returns calls left 'sent' by a
- * crashed dispatcher to 'pending' (workers see the same idempotency key again).
+ * waiting token. At start-up and then at most once a minute, a bounded, indexed
+ * sweep returns calls left 'sent' by a crashed dispatcher to 'pending' (workers see
+ * the same idempotency key again) and purges the signal dedup window
+ * (STRAND_DEDUP_RETENTION_S).
  * Retries are the interpreter's business: it answers a failed result with a durable
  * backoff timer, never a sleep here.
  */

@@ -24,6 +24,7 @@ static void test_defaults(void)
     CU_ASSERT_STRING_EQUAL(cfg.topic_prefix, "strand.");
     CU_ASSERT_STRING_EQUAL(cfg.redis_url, "");
     CU_ASSERT_EQUAL(cfg.max_attempts, 5);
+    CU_ASSERT_EQUAL(cfg.dedup_retention_s, 7 * 86400);
     char topic[64];
     CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
                            "strand.signals");

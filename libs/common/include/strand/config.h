@@ -26,6 +26,7 @@ typedef struct {
     int max_attempts;          /* STRAND_MAX_ATTEMPTS: deliveries before dead-lettering */
     int relay_batch;           /* STRAND_RELAY_BATCH: outbox rows per claim */
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
+    int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
 } st_config_t;
 
