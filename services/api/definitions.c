@@ -26,6 +26,31 @@ static const char *const sql_definition_get =
     " FROM strand.definitions WHERE name = $1 AND ($2::int IS NULL OR version = $2::int)"
     " ORDER BY version DESC LIMIT 1";
 
+/* Writes a lifecycle blueprint's normalised rows (lc_* tables) inside the import's
+ * transaction, from the canonical JSON in one statement per table. */
+static st_err_t store_blueprint_tx(PGconn *conn, const char *name, const char *version,
+                                   const char *canonical, st_errbuf_t *eb)
+{
+    static const char *const sql[] = {
+        "INSERT INTO strand.lc_states SELECT $1, $2::int, s->>'name', coalesce((s->>'final')::boolean, false),"
+        " s->>'name' = ($3::jsonb)->>'initial', s->'timeout' FROM jsonb_array_elements(($3::jsonb)->'states') s",
+        "INSERT INTO strand.lc_events SELECT DISTINCT $1, $2::int, e FROM jsonb_array_elements_text(($3::jsonb)->'events') e",
+        "INSERT INTO strand.lc_transitions SELECT $1, $2::int, t->>'from', t->>'event', t->>'to'"
+        " FROM jsonb_array_elements(($3::jsonb)->'transitions') t",
+        "INSERT INTO strand.lc_routes SELECT $1, $2::int, r.key, r.value->'consumers',"
+        " r.key = ($3::jsonb)->>'transition_route' FROM jsonb_each(($3::jsonb)->'routes') r",
+        "INSERT INTO strand.lc_hooks SELECT $1, $2::int, p.ord - 1, h.ord - 1, p.v->'when'->>'from',"
+        " p.v->'when'->>'to', p.v->'when'->>'event', h.v->>'code', h.v->>'route', coalesce(h.v->'payload', '{}')"
+        " FROM jsonb_array_elements(coalesce(($3::jsonb)->'policies', '[]')) WITH ORDINALITY p(v, ord),"
+        " jsonb_array_elements(p.v->'hooks') WITH ORDINALITY h(v, ord)",
+    };
+    const char *params[] = {name, version, canonical};
+    st_err_t err = ST_OK;
+    for (size_t i = 0; err == ST_OK && i < sizeof sql / sizeof sql[0]; i++)
+        err = st_pg_exec(conn, sql[i], 3, params, NULL, eb);
+    return err;
+}
+
 /* Compiles the body; answers 422 with every problem on failure. */
 static st_defn_t *compile_or_reply(st_http_req_t *req, json_t *doc)
 {
@@ -78,8 +103,16 @@ static void handle_import(st_http_req_t *req, void *ctx)
     st_errbuf_t eb;
     PGresult *res = NULL;
     PGconn *conn = st_api_conn_or_reply(api, req);
-    st_err_t err = conn ? st_pg_exec(conn, sql_definition_insert, 5, params, &res, &eb)
-                        : ST_ERR_DB;
+    /* One transaction: the definition row and, for a blueprint, its normalised rows. */
+    st_err_t err = conn ? st_pg_begin(conn, &eb) : ST_ERR_DB;
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_definition_insert, 5, params, &res, &eb);
+    if (err == ST_OK && PQntuples(res) == 1 && strcmp(st_defn_kind(defn), "lifecycle") == 0)
+        err = store_blueprint_tx(conn, params[0], version, canonical, &eb);
+    if (err == ST_OK)
+        err = st_pg_commit(conn, &eb);
+    if (conn != NULL && err != ST_OK)
+        st_pg_rollback(conn);
     if (conn == NULL) {
         /* answered by st_api_conn */
     } else if (err != ST_OK) {

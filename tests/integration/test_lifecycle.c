@@ -66,6 +66,19 @@ static void test_lifecycle(void)
     }
     CU_ASSERT_EQUAL_FATAL(status, 201);
     json_decref(answer);
+    /* Stored normalised beside the canonical JSON. */
+    char q[400];
+    snprintf(q, sizeof q, "SELECT count(*) FROM strand.lc_transitions WHERE definition_name = '%s'", name);
+    CU_ASSERT_EQUAL(it_sql_number(q), 3);
+    snprintf(q, sizeof q, "SELECT count(*) FROM strand.lc_states WHERE definition_name = '%s'"
+             " AND ((name = 'created' AND initial) OR (name = 'shipped' AND final))", name);
+    CU_ASSERT_EQUAL(it_sql_number(q), 2);
+    snprintf(q, sizeof q, "SELECT count(*) FROM strand.lc_hooks WHERE definition_name = '%s'"
+             " AND code = 'charge-card' AND route = 'billing' AND when_event = 'pay'", name);
+    CU_ASSERT_EQUAL(it_sql_number(q), 1);
+    snprintf(q, sizeof q, "SELECT count(*) FROM strand.lc_routes WHERE definition_name = '%s'"
+             " AND carries_transitions AND name = 'app'", name);
+    CU_ASSERT_EQUAL(it_sql_number(q), 1);
 
     /* Not allowed from "created": rejected, nothing moves (the instance is created). */
     CU_ASSERT_EQUAL(trigger("ship", "r0", &answer), 202);
