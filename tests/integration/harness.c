@@ -63,6 +63,16 @@ int it_init(const char *test_name)
     return 1;
 }
 
+const char *it_topic_prefix(void)
+{
+    return topic_prefix;
+}
+
+const char *it_bin_dir(void)
+{
+    return bin_dir;
+}
+
 int it_port(it_service_t svc)
 {
     return port_base + (int)svc;

@@ -19,6 +19,10 @@ typedef enum { IT_API, IT_EXECUTOR, IT_SCHEDULER, IT_MONITOR, IT_NSERVICES } it_
 /* Reads the environment; returns 0 and prints why if it is incomplete. */
 int it_init(const char *test_name);
 
+/* The topic prefix this test's services use, and the build directory. Borrowed. */
+const char *it_topic_prefix(void);
+const char *it_bin_dir(void);
+
 /* HTTP port of a service. */
 int it_port(it_service_t svc);
 

@@ -16,7 +16,7 @@
 #include "harness.h"
 #include "st_test.h"
 
-static char name[64], ref[80];
+static char name[64], ref[80], billing[64];
 
 static double metric(it_service_t svc, const char *series)
 {
@@ -54,9 +54,9 @@ static void test_lifecycle(void)
         "  {\"from\":\"paid\",\"event\":\"ship\",\"to\":\"shipped\"}],"
         "\"transition_route\":\"app\","
         "\"routes\":{\"app\":{\"consumers\":[\"orders-app\"]},"
-        "  \"billing\":{\"consumers\":[{\"consumer\":\"billing\",\"delivery_timeout_s\":60}]}},"
+        "  \"billing\":{\"consumers\":[{\"consumer\":\"%s\",\"delivery_timeout_s\":60}]}},"
         "\"policies\":[{\"when\":{\"event\":\"pay\"},\"hooks\":[{\"code\":\"charge-card\",\"route\":\"billing\","
-        "  \"payload\":{\"amount\":\"event.amount * 100\"}}]}]}", name);
+        "  \"payload\":{\"amount\":\"event.amount * 100\"}}]}]}", name, billing);
     json_t *answer = NULL;
     long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
     if (status != 201) {
@@ -99,8 +99,18 @@ static void test_lifecycle(void)
              " AND event_code IN ('pay', 'charge-card')", id);
     CU_ASSERT_EQUAL(it_wait_number(sql, 2, 20), 2);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
-             " WHERE w.instance_id = '%s' AND w.kind = 'hook' AND a.consumer = 'billing'", id);
+             " WHERE w.instance_id = '%s' AND w.kind = 'hook' AND a.consumer = '%s'", id, billing);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* The example consumer from the docs acknowledges the billing hook. */
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "%s/examples/strand-example-consumer --brokers %s --topic %swork"
+             " --consumer %s --api http://127.0.0.1:%d --max 1 --timeout 60 >> %s/test_lifecycle-consumer.log 2>&1",
+             it_bin_dir(), getenv("STRAND_KAFKA_BROKERS"), it_topic_prefix(), billing, it_port(IT_API),
+             getenv("STRAND_TEST_LOG_DIR") ? getenv("STRAND_TEST_LOG_DIR") : "/tmp");
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
+             " WHERE w.instance_id = '%s' AND a.consumer = '%s' AND a.stage = 'done'", id, billing);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
     /* "pay" again from "paid": leads where it already is. */
     CU_ASSERT_EQUAL(trigger("pay", "r2", NULL), 202);
     /* The timeout fires "remind" after 1 s and repeats twice more (max 2). */
@@ -162,6 +172,9 @@ int main(void)
         return 1;
     snprintf(name, sizeof name, "order-lc-%ld-%d", (long)time(NULL), (int)getpid());
     snprintf(ref, sizeof ref, "order-%d", (int)getpid());
+    /* Consumers are named per run: the monitor may re-raise other runs' events into
+     * this run's topic when runs share a database (one database, one deployment). */
+    snprintf(billing, sizeof billing, "billing-%ld-%d", (long)time(NULL), (int)getpid());
     static const it_case_t cases[] = {
         {"triggers, hooks, notices, timeouts", test_lifecycle},
         {"invalid blueprint", test_invalid_blueprint},
