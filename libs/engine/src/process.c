@@ -1,0 +1,537 @@
+/*
+ * process.c - the process front end (seed 004, XDB): async states, each with an
+ * optional waitUntil (timer and queue commands combined any_of / all_of) and an
+ * optional execute callback to a worker whose answer is the state's decision (next
+ * states, several of them in parallel, complete, fail or dead end).
+ *
+ * A process compiles to the canonical step form the interpreter already runs, plus
+ * two internal step types only this compiler emits:
+ *   goto   {targets: [names] | "expression", allowed: [names]}  ends the current
+ *          thread's steps and continues it at the first target state; every further
+ *          target starts a new thread; no target is a dead end (the thread stops).
+ *   spawn  {state: name, daemon: true}  starts a thread at a state without waiting
+ *          for it; a daemon thread (the process timeout) does not keep the instance
+ *          alive.
+ * Each state's steps live at /states/<id>/steps of the canonical form. The instance
+ * completes when its last non-daemon thread stops. The source document is kept under
+ * "source" so services can show what the author wrote.
+ */
+#include "strand/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+static void problem(json_t *problems, const char *pointer, const char *fmt, const char *detail)
+{
+    char msg[600];
+    snprintf(msg, sizeof msg, fmt, detail ? detail : "");
+    json_array_append_new(problems, json_pack("{s:s, s:s}", "pointer", pointer, "message", msg));
+}
+
+static const char *str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+static void check_expr(json_t *problems, const char *pointer, const json_t *v)
+{
+    if (!json_is_string(v))
+        return;
+    st_expr_t *e = NULL;
+    st_errbuf_t eb;
+    if (st_expr_parse(json_string_value(v), &e, &eb) != ST_OK)
+        problem(problems, pointer, "bad expression: %s", eb.msg);
+    st_expr_free(e);
+}
+
+/* Every string at any depth of an expression map is an expression. */
+static void check_map(json_t *problems, const char *pointer, const json_t *v)
+{
+    char p[560];
+    const char *k;
+    size_t i;
+    json_t *item;
+    if (json_is_string(v)) {
+        check_expr(problems, pointer, v);
+    } else if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, k, item) {
+            snprintf(p, sizeof p, "%s/%s", pointer, k);
+            check_map(problems, p, item);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, item) {
+            snprintf(p, sizeof p, "%s/%zu", pointer, i);
+            check_map(problems, p, item);
+        }
+    }
+}
+
+static int valid_name(const char *s)
+{
+    if (s == NULL || *s == '\0' || strlen(s) > 100 || strncmp(s, "__", 2) == 0)
+        return 0;
+    for (; *s; s++)
+        if (!(*s == '_' || *s == '-' || *s == '.' || (*s >= '0' && *s <= '9') ||
+              (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+            return 0;
+    return 1;
+}
+
+static int in_list(const json_t *list, const char *name)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+        if (json_is_string(v) && name && strcmp(json_string_value(v), name) == 0)
+            return 1;
+    return 0;
+}
+
+static const json_t *find_state(const json_t *doc, const char *id)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(doc, "states"), i, s)
+        if (id && str(s, "id") && strcmp(str(s, "id"), id) == 0)
+            return s;
+    return NULL;
+}
+
+/* A list of state names that must all be declared. */
+static void check_targets(json_t *problems, const json_t *doc, const char *pointer,
+                          const json_t *list, int required)
+{
+    char p[560];
+    size_t i;
+    json_t *v;
+    if (list == NULL) {
+        if (required)
+            problem(problems, pointer, "missing (an array of state ids)%s", NULL);
+        return;
+    }
+    if (!json_is_array(list) || (required && json_array_size(list) == 0)) {
+        problem(problems, pointer, "must be a%s array of state ids", required ? " non-empty" : "n");
+        return;
+    }
+    json_array_foreach(list, i, v) {
+        snprintf(p, sizeof p, "%s/%zu", pointer, i);
+        if (!json_is_string(v))
+            problem(problems, p, "a state id must be a string%s", NULL);
+        else if (find_state(doc, json_string_value(v)) == NULL)
+            problem(problems, p, "undefined state '%s'", json_string_value(v));
+    }
+}
+
+static void check_wait_until(json_t *problems, const json_t *doc, const char *pointer,
+                             const json_t *wu)
+{
+    char p[560], cp[600];
+    if (!json_is_object(wu)) {
+        problem(problems, pointer, "wait_until must be {combine, commands}%s", NULL);
+        return;
+    }
+    const char *combine = str(wu, "combine");
+    snprintf(p, sizeof p, "%s/combine", pointer);
+    if (json_object_get(wu, "combine") &&
+        (combine == NULL || (strcmp(combine, "any_of") != 0 && strcmp(combine, "all_of") != 0)))
+        problem(problems, p, "combine must be any_of or all_of%s", NULL);
+    const json_t *cmds = json_object_get(wu, "commands");
+    snprintf(p, sizeof p, "%s/commands", pointer);
+    if (!json_is_array(cmds) || json_array_size(cmds) == 0 || json_array_size(cmds) > 16) {
+        problem(problems, p, "commands must be an array of 1 to 16 timer or queue commands%s", NULL);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(cmds, i, c) {
+        snprintf(cp, sizeof cp, "%s/%zu", p, i);
+        const char *type = str(c, "type");
+        if (type != NULL && strcmp(type, "timer") == 0) {
+            const json_t *delay = json_object_get(c, "delay"), *until = json_object_get(c, "until");
+            if ((delay == NULL) == (until == NULL))
+                problem(problems, cp, "a timer command needs exactly one of delay and until%s", NULL);
+            else
+                check_expr(problems, cp, delay ? delay : until);
+        } else if (type != NULL && strcmp(type, "queue") == 0) {
+            const char *q = str(c, "name");
+            char np[640];
+            snprintf(np, sizeof np, "%s/name", cp);
+            if (q == NULL)
+                problem(problems, np, "a queue command needs the queue's name%s", NULL);
+            else if (!in_list(json_object_get(doc, "queues"), q))
+                problem(problems, np, "undeclared queue '%s' (declare it in /queues)", q);
+        } else {
+            char tp[640];
+            snprintf(tp, sizeof tp, "%s/type", cp);
+            problem(problems, tp, "a command's type must be timer or queue%s", NULL);
+        }
+    }
+}
+
+static void check_execute(json_t *problems, const json_t *doc, const char *pointer,
+                          const json_t *ex)
+{
+    char p[560];
+    if (!json_is_object(ex)) {
+        problem(problems, pointer, "execute must be an object {transport, request, ...}%s", NULL);
+        return;
+    }
+    const char *transport = str(ex, "transport");
+    snprintf(p, sizeof p, "%s/transport", pointer);
+    if (transport == NULL || (strcmp(transport, "http") != 0 && strcmp(transport, "kafka") != 0))
+        problem(problems, p, "transport must be http or kafka%s", NULL);
+    snprintf(p, sizeof p, "%s/request", pointer);
+    if (json_object_get(ex, "request") == NULL)
+        problem(problems, p, "missing request%s", NULL);
+    check_map(problems, p, json_object_get(ex, "request"));
+    if (transport && strcmp(transport, "kafka") == 0) {
+        const json_t *consumers = json_object_get(ex, "consumers");
+        snprintf(p, sizeof p, "%s/consumers", pointer);
+        if (!json_is_array(consumers) || json_array_size(consumers) == 0)
+            problem(problems, p, "consumers must be a non-empty array%s", NULL);
+    }
+    snprintf(p, sizeof p, "%s/timeout", pointer);
+    check_expr(problems, p, json_object_get(ex, "timeout"));
+    const json_t *retry = json_object_get(ex, "retry");
+    snprintf(p, sizeof p, "%s/retry", pointer);
+    if (retry != NULL) {
+        const json_t *max = json_object_get(retry, "max_attempts");
+        const json_t *backoff = json_object_get(retry, "backoff_ms");
+        const json_t *m = json_object_get(retry, "multiplier");
+        if (!json_is_object(retry) ||
+            (max && (!json_is_integer(max) || json_integer_value(max) < 1 || json_integer_value(max) > 100)) ||
+            (backoff && (!json_is_integer(backoff) || json_integer_value(backoff) < 1 ||
+                         json_integer_value(backoff) > 86400000LL * 30)) ||
+            (m && (!json_is_number(m) || json_number_value(m) < 1 || json_number_value(m) > 10)))
+            problem(problems, p, "retry must be {max_attempts 1-100, backoff_ms, multiplier 1-10}%s", NULL);
+    }
+    const char *on_failure = str(ex, "on_failure");
+    snprintf(p, sizeof p, "%s/on_failure", pointer);
+    if (json_object_get(ex, "on_failure") && (on_failure == NULL || !find_state(doc, on_failure)))
+        problem(problems, p, "on_failure must name a defined state%s", NULL);
+}
+
+/* Marks every state reachable from `id`. */
+static void mark(const json_t *doc, json_t *seen, const char *id)
+{
+    const json_t *s = find_state(doc, id);
+    if (s == NULL || json_object_get(seen, id))
+        return;
+    json_object_set_new(seen, id, json_true());
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(s, "next"), i, v)
+        mark(doc, seen, json_string_value(v));
+    mark(doc, seen, str(json_object_get(s, "execute"), "on_failure"));
+}
+
+void st_process_validate(const json_t *doc, json_t *problems)
+{
+    static const char *const known[] = {"kind", "name", "version", "description", "start",
+                                        "states", "queues", "attributes", "rpcs", "timeout",
+                                        "id_reuse_policy", NULL};
+    static const char *const policies[] = {"allow_if_no_running", "allow_if_previous_failed",
+                                           "disallow_reuse", "allow_terminate_if_running", NULL};
+    char p[560];
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)doc, key, v) {
+        int ok = 0;
+        for (int i = 0; known[i]; i++)
+            ok |= strcmp(known[i], key) == 0;
+        if (!ok) {
+            snprintf(p, sizeof p, "/%s", key);
+            problem(problems, p, "unknown field '%s'", key);
+        }
+    }
+    const json_t *queues = json_object_get(doc, "queues");
+    if (queues != NULL) {
+        size_t i;
+        int ok = json_is_array(queues);
+        json_array_foreach(queues, i, v) ok &= valid_name(json_string_value(v));
+        if (!ok)
+            problem(problems, "/queues", "queues must be an array of names (letters, digits, _ - .)%s", NULL);
+    }
+    const char *policy = str(doc, "id_reuse_policy");
+    if (json_object_get(doc, "id_reuse_policy")) {
+        int ok = 0;
+        for (int i = 0; policy && policies[i]; i++)
+            ok |= strcmp(policies[i], policy) == 0;
+        if (!ok)
+            problem(problems, "/id_reuse_policy", "id_reuse_policy must be allow_if_no_running, "
+                    "allow_if_previous_failed, disallow_reuse or allow_terminate_if_running%s", NULL);
+    }
+    check_expr(problems, "/timeout", json_object_get(doc, "timeout"));
+    if (json_object_get(doc, "timeout") && !json_is_string(json_object_get(doc, "timeout")) &&
+        !(json_is_integer(json_object_get(doc, "timeout")) && json_integer_value(json_object_get(doc, "timeout")) > 0))
+        problem(problems, "/timeout", "timeout must be milliseconds or a duration expression like \"'7d'\"%s", NULL);
+
+    /* attributes: {"local": {name: {"default": json}}, "global": {name: {"table", "column"}}} */
+    const json_t *attrs = json_object_get(doc, "attributes");
+    if (attrs != NULL) {
+        if (!json_is_object(attrs)) {
+            problem(problems, "/attributes", "attributes must be {local: {...}, global: {...}}%s", NULL);
+        } else {
+            json_object_foreach((json_t *)attrs, key, v) {
+                snprintf(p, sizeof p, "/attributes/%s", key);
+                if (strcmp(key, "local") != 0 && strcmp(key, "global") != 0) {
+                    problem(problems, p, "unknown attribute scope '%s' (local, global)", key);
+                    continue;
+                }
+                if (!json_is_object(v)) {
+                    problem(problems, p, "must be an object of attribute name: declaration%s", NULL);
+                    continue;
+                }
+                const char *an;
+                json_t *decl;
+                json_object_foreach(v, an, decl) {
+                    char ap[640];
+                    snprintf(ap, sizeof ap, "%s/%s", p, an);
+                    if (!valid_name(an))
+                        problem(problems, ap, "bad attribute name '%s'", an);
+                    else if (!json_is_object(decl))
+                        problem(problems, ap, "an attribute declaration must be an object%s", NULL);
+                    else if (strcmp(key, "local") == 0 && json_object_get(attrs, "global") &&
+                             json_object_get(json_object_get(attrs, "global"), an))
+                        problem(problems, ap, "attribute '%s' is declared local and global", an);
+                }
+            }
+        }
+    }
+
+    const json_t *states = json_object_get(doc, "states");
+    if (!json_is_array(states) || json_array_size(states) == 0) {
+        problem(problems, "/states", "states must be a non-empty array%s", NULL);
+        return;
+    }
+    json_t *ids = json_object();
+    size_t i;
+    json_t *s;
+    json_array_foreach(states, i, s) {
+        char sp[64];
+        snprintf(sp, sizeof sp, "/states/%zu", i);
+        if (!json_is_object(s)) {
+            problem(problems, sp, "a state must be an object%s", NULL);
+            continue;
+        }
+        const char *id = str(s, "id");
+        snprintf(p, sizeof p, "%s/id", sp);
+        if (!valid_name(id))
+            problem(problems, p, "a state needs an id (letters, digits, _ - ., not starting with __)%s", NULL);
+        else if (json_object_get(ids, id))
+            problem(problems, p, "duplicate state id '%s'", id);
+        else
+            json_object_set_new(ids, id, json_true());
+        json_object_foreach(s, key, v) {
+            if (strcmp(key, "id") && strcmp(key, "wait_until") && strcmp(key, "execute") &&
+                strcmp(key, "next") && strcmp(key, "complete") && strcmp(key, "description")) {
+                snprintf(p, sizeof p, "%s/%s", sp, key);
+                problem(problems, p, "unknown field '%s'", key);
+            }
+        }
+        if (json_object_get(s, "wait_until")) {
+            snprintf(p, sizeof p, "%s/wait_until", sp);
+            check_wait_until(problems, doc, p, json_object_get(s, "wait_until"));
+        }
+        if (json_object_get(s, "execute")) {
+            snprintf(p, sizeof p, "%s/execute", sp);
+            check_execute(problems, doc, p, json_object_get(s, "execute"));
+        }
+        snprintf(p, sizeof p, "%s/next", sp);
+        check_targets(problems, doc, p, json_object_get(s, "next"), 0);
+        if (json_object_get(s, "complete")) {
+            snprintf(p, sizeof p, "%s/complete", sp);
+            if (json_object_get(s, "execute") || json_array_size(json_object_get(s, "next")))
+                problem(problems, p, "complete is the static decision of a state without execute or next%s", NULL);
+            check_map(problems, p, json_object_get(s, "complete"));
+        }
+    }
+    json_decref(ids);
+    check_targets(problems, doc, "/start", json_object_get(doc, "start"), 1);
+
+    /* rpcs: [{"name", "queue"?}]: a named synchronous entry point that may publish to a queue. */
+    const json_t *rpcs = json_object_get(doc, "rpcs");
+    if (rpcs != NULL && !json_is_array(rpcs)) {
+        problem(problems, "/rpcs", "rpcs must be an array of {name, queue}%s", NULL);
+    } else {
+        json_t *names = json_object();
+        json_array_foreach(rpcs, i, s) {
+            snprintf(p, sizeof p, "/rpcs/%zu", i);
+            const char *n = str(s, "name");
+            if (!valid_name(n))
+                problem(problems, p, "an rpc needs a name%s", NULL);
+            else if (json_object_get(names, n))
+                problem(problems, p, "duplicate rpc '%s'", n);
+            else
+                json_object_set_new(names, n, json_true());
+            if (str(s, "queue") && !in_list(queues, str(s, "queue")))
+                problem(problems, p, "rpc publishes to undeclared queue '%s'", str(s, "queue"));
+        }
+        json_decref(names);
+    }
+
+    /* Unreachable states, once everything else is sound. */
+    if (json_array_size(problems) == 0) {
+        json_t *seen = json_object();
+        json_array_foreach(json_object_get(doc, "start"), i, v)
+            mark(doc, seen, json_string_value(v));
+        json_array_foreach(states, i, s) {
+            if (!json_object_get(seen, str(s, "id"))) {
+                snprintf(p, sizeof p, "/states/%zu", i);
+                problem(problems, p, "unreachable state '%s' (no start or next leads to it)", str(s, "id"));
+            }
+        }
+        json_decref(seen);
+    }
+}
+
+/* ---- compilation to canonical steps ------------------------------------------------ */
+
+static json_t *command_step(const char *state, size_t i, const json_t *c)
+{
+    char id[160];
+    snprintf(id, sizeof id, "%s/wait/%zu", state, i);
+    if (strcmp(str(c, "type"), "timer") == 0) {
+        const char *field = json_object_get(c, "delay") ? "delay" : "until";
+        return json_pack("{s:s, s:s, s:O}", "id", id, "type", "timer", field, json_object_get(c, field));
+    }
+    return json_pack("{s:s, s:s, s:s, s:s}", "id", id, "type", "wait_signal", "name", str(c, "name"),
+                     "result", str(c, "name"));
+}
+
+static json_t *goto_step(const char *id, json_t *targets, const json_t *allowed)
+{
+    return json_pack("{s:s, s:s, s:o, s:O}", "id", id, "type", "goto", "targets", targets,
+                     "allowed", allowed ? allowed : json_array());
+}
+
+static json_t *compile_state(const json_t *s)
+{
+    const char *sid = str(s, "id");
+    char id[160];
+    json_t *steps = json_array();
+    const json_t *wu = json_object_get(s, "wait_until");
+    if (wu != NULL) {
+        const json_t *cmds = json_object_get(wu, "commands");
+        size_t i;
+        json_t *c;
+        if (json_array_size(cmds) == 1) {
+            json_array_append_new(steps, command_step(sid, 0, json_array_get(cmds, 0)));
+        } else {
+            json_t *branches = json_array();
+            json_array_foreach(cmds, i, c) {
+                /* Record which command fired, for the worker (state.fired). */
+                char what[160];
+                snprintf(what, sizeof what, "'%s'", strcmp(str(c, "type"), "timer") == 0 ? "timer" : str(c, "name"));
+                snprintf(id, sizeof id, "%s/fired/%zu", sid, i);
+                json_array_append_new(branches, json_pack("[o, {s:s, s:s, s:{s:s}}]", command_step(sid, i, c),
+                                                          "id", id, "type", "set", "values", "fired", what));
+            }
+            const char *combine = str(wu, "combine");
+            snprintf(id, sizeof id, "%s/wait", sid);
+            json_array_append_new(steps, json_pack("{s:s, s:s, s:o, s:s}", "id", id, "type", "parallel",
+                                                   "branches", branches, "join",
+                                                   combine && strcmp(combine, "all_of") == 0 ? "all" : "any"));
+        }
+    }
+    const json_t *ex = json_object_get(s, "execute");
+    if (ex != NULL) {
+        json_t *call = json_deep_copy(ex);
+        snprintf(id, sizeof id, "%s/execute", sid);
+        json_object_set_new(call, "id", json_string(id));
+        json_object_set_new(call, "type", json_string("call"));
+        json_object_set_new(call, "result", json_string("decision"));
+        json_object_del(call, "on_failure");
+        if (str(ex, "on_failure")) {
+            snprintf(id, sizeof id, "%s/on_failure", sid);
+            json_object_set_new(call, "on_failure",
+                                json_pack("[o]", goto_step(id, json_pack("[s]", str(ex, "on_failure")),
+                                                           json_pack("[s]", str(ex, "on_failure")))));
+        }
+        json_array_append_new(steps, call);
+        /* The worker's decision: {"next": [...]} | {"complete": out} | {"fail": err} | {"dead_end": true} */
+        char fid[160], cid[160], gid[160];
+        snprintf(id, sizeof id, "%s/decide", sid);
+        snprintf(fid, sizeof fid, "%s/fail", sid);
+        snprintf(cid, sizeof cid, "%s/complete", sid);
+        snprintf(gid, sizeof gid, "%s/next", sid);
+        json_array_append_new(
+            steps,
+            json_pack("{s:s, s:s, s:[{s:s, s:[{s:s, s:s, s:{s:s, s:s, s:s}}]},"
+                      " {s:s, s:[{s:s, s:s, s:s}]}], s:[o]}",
+                      "id", id, "type", "switch", "cases",
+                      "when", "decision.fail != null", "steps", "id", fid, "type", "fail", "error",
+                      "code", "'process_failed'", "state", "'' + decision.fail", "detail", "decision.fail",
+                      "when", "decision.complete != null", "steps", "id", cid, "type", "complete",
+                      "output", "decision.complete",
+                      "default", goto_step(gid, json_string("decision.next ?? []"), json_object_get(s, "next"))));
+        /* "state": the error names the state; rebuild it as a literal. */
+        json_t *err = json_object_get(json_array_get(json_object_get(json_array_get(
+            json_object_get(json_array_get(steps, json_array_size(steps) - 1), "cases"), 0), "steps"), 0), "error");
+        char lit[200];
+        snprintf(lit, sizeof lit, "'%s'", sid);
+        json_object_set_new(err, "state", json_string(lit));
+    } else if (json_object_get(s, "complete")) {
+        snprintf(id, sizeof id, "%s/complete", sid);
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:O}", "id", id, "type", "complete", "output",
+                                               json_object_get(s, "complete")));
+    } else {
+        const json_t *next = json_object_get(s, "next");
+        snprintf(id, sizeof id, "%s/next", sid);
+        json_array_append_new(steps, goto_step(id, next ? json_deep_copy(next) : json_array(), next));
+    }
+    return json_pack("{s:o}", "steps", steps);
+}
+
+json_t *st_process_canonical(const json_t *doc)
+{
+    json_t *states = json_object();
+    json_t *steps = json_array();
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(doc, "states"), i, s)
+        json_object_set_new(states, str(s, "id"), compile_state(s));
+    /* Local attributes start at their defaults, under state.<name>. */
+    json_t *defaults = json_object();
+    const char *an;
+    json_t *decl;
+    json_object_foreach(json_object_get(json_object_get(doc, "attributes"), "local"), an, decl) {
+        const json_t *d = json_object_get(decl, "default");
+        if (d != NULL && json_is_string(d))   /* a literal string, quoted for the expression */
+            json_object_set_new(defaults, an, json_pack("s", "string(x)"));
+        json_object_set_new(defaults, an, d && !json_is_string(d) ? json_deep_copy(d) : json_null());
+        if (d && json_is_string(d)) {
+            /* strings in set values are expressions: wrap in json() of a literal */
+            json_t *wrapped = json_pack("{s:O}", "__literal", d);
+            json_object_set_new(defaults, an, wrapped);
+        }
+    }
+    if (json_object_size(defaults) > 0)
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:O}", "id", "__attributes", "type", "set",
+                                               "values", defaults));
+    json_decref(defaults);
+    if (json_object_get(doc, "timeout")) {
+        json_object_set_new(states, "__timeout",
+                            json_pack("{s:[{s:s, s:s, s:O}, {s:s, s:s, s:{s:s}}]}", "steps", "id",
+                                      "__timeout/timer", "type", "timer", "delay",
+                                      json_object_get(doc, "timeout"), "id", "__timeout/fail", "type",
+                                      "fail", "error", "code", "'process_timeout'"));
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:s, s:b}", "id", "__timeout", "type", "spawn",
+                                               "state", "__timeout", "daemon", 1));
+    }
+    json_array_append_new(steps, goto_step("__start", json_deep_copy(json_object_get(doc, "start")),
+                                           json_object_get(doc, "start")));
+    json_t *out = json_pack("{s:s, s:O, s:O, s:o, s:o, s:O}", "kind", "process", "name",
+                            json_object_get(doc, "name"), "version", json_object_get(doc, "version"),
+                            "steps", steps, "states", states, "source", doc);
+    json_object_set_new(out, "id_reuse_policy",
+                        json_string(str(doc, "id_reuse_policy") ? str(doc, "id_reuse_policy") : "allow_if_no_running"));
+    return out;
+}
