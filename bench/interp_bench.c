@@ -3,10 +3,11 @@
  *
  *   strand-interp-bench [INSTANCES]     (default 20000)
  *
- * Runs a 3-step workflow (set, if, complete) and a 100-iteration loop to completion,
- * and an event round trip through a task wait (START, then TASK_COMPLETED on the
- * stored snapshot, as the executor does). Prints steps per second and heap
- * allocations (jansson and ours) per step. Numbers go to docs/benchmarks.md.
+ * Runs a 3-step workflow (set, if, complete), a 3-state process with static decisions
+ * and a 100-iteration loop to completion, and an event round trip through a task wait
+ * (START, then TASK_COMPLETED on the stored snapshot, as the executor does). Prints
+ * steps per second and heap allocations (jansson and ours) per step. Numbers go to
+ * docs/benchmarks.md.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,11 +104,17 @@ int main(int argc, char **argv)
         "{\"kind\":\"flow\",\"name\":\"task\",\"version\":1,\"steps\":["
         "{\"id\":\"t\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"a\"],\"payload\":{\"x\":\"input.amount\"}},"
         "{\"id\":\"d\",\"type\":\"complete\",\"output\":{\"ok\":\"state.t.ok\"}}]}");
+    st_defn_t *process = compile(
+        "{\"kind\":\"process\",\"name\":\"p\",\"version\":1,\"start\":[\"a\"],\"states\":["
+        "{\"id\":\"a\",\"next\":[\"b\"]},{\"id\":\"b\",\"next\":[\"c\"]},"
+        "{\"id\":\"c\",\"complete\":{\"name\":\"input.name\"}}]}");
     bench("3 steps (set, if+set, complete)", three, n, 4, 0);
+    bench("process: 3 states, static next", process, n, 4, 0);
     bench("while loop, 100 iterations", loop, n / 20, 203, 0);
     bench("task wait + resume (2 runs)", task, n, 2, 1);
     st_defn_free(three);
     st_defn_free(loop);
     st_defn_free(task);
+    st_defn_free(process);
     return 0;
 }

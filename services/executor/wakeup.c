@@ -298,10 +298,11 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
 static const char *const sql_buffer_insert =
     "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload)"
     " VALUES ($1::uuid, $2, $3, $4::jsonb)";
-/* $2 = a signal name, or '*' for the oldest buffered signal of any name. */
+/* $2 = a JSON array of the signal names the instance waits for; "*" takes any name. */
 static const char *const sql_buffer_take =
     "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
-    " WHERE instance_id = $1::uuid AND ($2 = '*' OR name = $2) ORDER BY id LIMIT 1 FOR UPDATE)"
+    " WHERE instance_id = $1::uuid AND ($2::jsonb ? '*' OR name IN"
+    " (SELECT jsonb_array_elements_text($2::jsonb))) ORDER BY id LIMIT 1 FOR UPDATE)"
     " RETURNING signal_id, payload::text, name";
 
 #define MAX_BUFFERED_PER_WAKEUP 100
@@ -330,12 +331,16 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
                                 st_run_result_t *run, st_errbuf_t *eb)
 {
     for (int n = 0; n < MAX_BUFFERED_PER_WAKEUP && run->status == ST_RUN_WAITING; n++) {
-        const char *name = st_snapshot_waiting_signal(run->snapshot);
-        if (name == NULL)
+        /* Every name any thread waits for: a process may wait on several queues. */
+        json_t *names = st_snapshot_waiting_signals(run->snapshot);
+        char *names_text = json_array_size(names) ? json_dumps(names, JSON_COMPACT) : NULL;
+        json_decref(names);
+        if (names_text == NULL)
             return ST_OK;
-        const char *params[] = {sig->instance_id, name};
+        const char *params[] = {sig->instance_id, names_text};
         PGresult *res = NULL;
         st_err_t err = st_pg_exec(conn, sql_buffer_take, 2, params, &res, eb);
+        free(names_text);
         if (err != ST_OK)
             return err;
         if (PQntuples(res) == 0) {

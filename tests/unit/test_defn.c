@@ -132,7 +132,8 @@ static void test_document_level_errors(void)
     CU_ASSERT_TRUE(has_problem(p, "/kind", "unknown kind"));
     json_decref(p);
     p = problems_of("{\"kind\":\"process\"}");
-    CU_ASSERT_TRUE(has_problem(p, "/kind", "not available yet"));
+    CU_ASSERT_TRUE(has_problem(p, "/name", "non-empty string"));
+    CU_ASSERT_TRUE(has_problem(p, "/states", "non-empty array"));
     json_decref(p);
     p = problems_of("[1, 2]");
     CU_ASSERT_TRUE(has_problem(p, "", "must be a JSON object"));

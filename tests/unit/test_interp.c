@@ -289,7 +289,40 @@ static void test_random_events_never_corrupt(void)
     st_defn_free(d);
 }
 
+
+/* Regression: a call inside a loop used to repeat its idempotency key on every
+ * iteration (<instance>:<step>:<attempt>), so a worker deduplicating on it would drop
+ * the second call. The key now names the visit; a retry keeps it. */
+static void test_call_in_loop_gets_a_key_per_visit(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"2\",\"body\":["
+        "{\"id\":\"c\",\"type\":\"call\",\"transport\":\"http\",\"request\":{},"
+        " \"retry\":{\"max_attempts\":2,\"backoff_ms\":10}}]}]");
+    json_t *snap = NULL, *effects = NULL;
+    char event[512], first[300], retry[300], second[300];
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    snprintf(first, sizeof first, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "idempotency_key")));
+    snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":false}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    snprintf(event, sizeof event, "{\"type\":\"RETRY_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    snprintf(retry, sizeof retry, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "idempotency_key")));
+    snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":true}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);   /* second iteration */
+    snprintf(second, sizeof second, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "idempotency_key")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(first, ":c:1"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(retry, ":c:2"));
+    CU_ASSERT_EQUAL(strncmp(first, retry, strlen(first) - 1), 0);   /* same visit, other attempt */
+    CU_ASSERT_STRING_NOT_EQUAL(first, second);
+    json_decref(snap);
+    json_decref(effects);
+    st_defn_free(d);
+}
+
 ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
              ST_TEST(test_loop_bound_and_expression_failure), ST_TEST(test_task_and_stale_tokens),
              ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
-             ST_TEST(test_parallel_join_all_and_any), ST_TEST(test_random_events_never_corrupt))
+             ST_TEST(test_parallel_join_all_and_any), ST_TEST(test_random_events_never_corrupt),
+             ST_TEST(test_call_in_loop_gets_a_key_per_visit))

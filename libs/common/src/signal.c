@@ -125,7 +125,7 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
 {
     uint8_t *buf;
-    size_t len;
+    size_t len = 0;
     st_err_t err = st_signal_encode(sig, &buf, &len, eb);
     if (err != ST_OK)
         return err;

@@ -385,18 +385,25 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems)
 {
     check_t c = {json_array(), json_object()};
     *out = NULL;
+    /* A stored process canonical form (services reload what they stored) carries its
+     * source; compiling the source again gives the same canonical form. */
+    if (json_is_object(doc) && json_string_value(json_object_get(doc, "kind")) &&
+        strcmp(json_string_value(json_object_get(doc, "kind")), "process") == 0 &&
+        json_is_object(json_object_get(doc, "source")) && json_object_get(doc, "steps"))
+        doc = json_object_get(doc, "source");
     const char *kind = json_string_value(json_object_get(doc, "kind"));
     if (!json_is_object(doc)) {
         problem(&c, "", "a definition must be a JSON object%s", NULL);
     } else if (kind == NULL) {
-        problem(&c, "/kind", "missing kind (flow, lifecycle)%s", NULL);
+        problem(&c, "/kind", "missing kind (flow, lifecycle, process)%s", NULL);
     } else if (strcmp(kind, "flow") == 0 || strcmp(kind, "canonical") == 0) {
         compile_flow(doc, &c);
     } else if (strcmp(kind, "lifecycle") == 0) {
         compile_header(doc, &c);
         st_lifecycle_validate(doc, c.problems);
     } else if (strcmp(kind, "process") == 0) {
-        problem(&c, "/kind", "the %s front end is not available yet; import a flow or a lifecycle", kind);
+        compile_header(doc, &c);
+        st_process_validate(doc, c.problems);
     } else {
         problem(&c, "/kind", "unknown kind '%s' (flow, lifecycle, process)", kind);
     }
@@ -410,9 +417,14 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems)
     st_defn_t *d = calloc(1, sizeof *d);
     if (d == NULL)
         abort();
-    const char *canonical_kind = strcmp(kind, "lifecycle") == 0 ? "lifecycle" : "flow";
-    d->canonical = json_deep_copy(doc);
-    json_object_set_new(d->canonical, "kind", json_string(canonical_kind));
+    const char *canonical_kind = strcmp(kind, "lifecycle") == 0 ? "lifecycle"
+                                 : strcmp(kind, "process") == 0 ? "process" : "flow";
+    if (strcmp(canonical_kind, "process") == 0) {
+        d->canonical = st_process_canonical(doc);
+    } else {
+        d->canonical = json_deep_copy(doc);
+        json_object_set_new(d->canonical, "kind", json_string(canonical_kind));
+    }
     d->name = strdup(json_string_value(json_object_get(doc, "name")));
     d->kind = strdup(canonical_kind);
     d->version = (int)json_integer_value(json_object_get(doc, "version"));
@@ -434,3 +446,10 @@ const char *st_defn_name(const st_defn_t *defn) { return defn->name; }
 int st_defn_version(const st_defn_t *defn) { return defn->version; }
 const char *st_defn_kind(const st_defn_t *defn) { return defn->kind; }
 const json_t *st_defn_canonical(const st_defn_t *defn) { return defn->canonical; }
+
+const char *st_defn_id_reuse_policy(const st_defn_t *defn)
+{
+    if (strcmp(defn->kind, "process") != 0)
+        return NULL;
+    return json_string_value(json_object_get(defn->canonical, "id_reuse_policy"));
+}

@@ -20,4 +20,9 @@ st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_
                           const char *instance_id, long long now_ms, st_run_result_t *result,
                           st_errbuf_t *eb);
 
+/* process.c: validation of a process document (problems appended) and its canonical
+ * step form (new reference), which the flow interpreter runs. */
+void st_process_validate(const json_t *doc, json_t *problems);
+json_t *st_process_canonical(const json_t *doc);
+
 #endif

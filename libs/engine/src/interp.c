@@ -215,7 +215,7 @@ static void wait_on(json_t *thread, json_t *wait)
 }
 
 static void start_call(run_t *r, json_t *thread, const json_t *step, const char *step_path,
-                       int attempt)
+                       int attempt, long long visit)
 {
     json_t *request = eval_map(r, json_object_get(step, "request"));
     int ok = 1;
@@ -228,7 +228,11 @@ static void start_call(run_t *r, json_t *thread, const json_t *step, const char 
     }
     char token[160], key[300];
     new_token(r, token, sizeof token);
-    snprintf(key, sizeof key, "%s:%s:%d", r->instance_id, str(step, "id"), attempt);
+    /* The key names this visit of the step (the seq of its first attempt), so a call in
+     * a loop or a re-entered process state is a new call, and a retry is the same one. */
+    if (visit == 0)
+        visit = json_integer_value(json_object_get(r->snap, "seq"));
+    snprintf(key, sizeof key, "%s:%lld:%s:%d", r->instance_id, visit, str(step, "id"), attempt);
     json_t *e = json_pack("{s:s, s:s, s:o, s:I, s:i, s:s, s:s}", "type", "make_call", "transport",
                           str(step, "transport"), "request", request, "timeout_ms",
                           (json_int_t)timeout, "attempt", attempt, "idempotency_key", key,
@@ -237,13 +241,88 @@ static void start_call(run_t *r, json_t *thread, const json_t *step, const char 
         json_object_set(e, "consumers", json_object_get(step, "consumers"));
     json_object_set(e, "event_code", json_object_get(step, "id"));
     effect(r, e);
-    wait_on(thread, json_pack("{s:s, s:s, s:s, s:i}", "kind", "call", "token", token, "step",
-                              step_path, "attempt", attempt));
+    wait_on(thread, json_pack("{s:s, s:s, s:s, s:i, s:I}", "kind", "call", "token", token, "step",
+                              step_path, "attempt", attempt, "visit", (json_int_t)visit));
+}
+
+typedef enum { STEP_NEXT, STEP_WAIT } step_outcome_t;
+
+/* ---- process threads (goto / spawn, emitted only by the process compiler) ------------- */
+
+static json_t *new_thread(run_t *r, json_t *parent_id, const char *path, int daemon)
+{
+    json_int_t id = (json_int_t)json_integer_value(json_object_get(r->snap, "next_thread"));
+    json_object_set_new(r->snap, "next_thread", json_integer(id + 1));
+    json_t *t = json_pack("{s:I, s:o, s:[], s:n, s:b}", "id", id, "parent", parent_id, "stack",
+                          "wait", "done", 0);
+    if (daemon)
+        json_object_set_new(t, "daemon", json_true());
+    push_frame(t, path);
+    json_array_append_new(threads(r), t);
+    return t;
+}
+
+/* goto: the thread continues at the first target state, further targets get threads of
+ * their own, no target stops the thread (a dead end). spawn: a new thread at a state. */
+static step_outcome_t exec_goto(run_t *r, json_t *thread, const json_t *step, const char *step_path)
+{
+    char p[600];
+    if (strcmp(str(step, "type"), "spawn") == 0) {
+        snprintf(p, sizeof p, "/states/%s/steps", str(step, "state"));
+        new_thread(r, json_null(), p, json_is_true(json_object_get(step, "daemon")));
+        return STEP_NEXT;
+    }
+    json_t *targets = eval_value(r, json_object_get(step, "targets"));
+    if (targets == NULL) {
+        fail_step(r, step_path);
+        return STEP_NEXT;
+    }
+    if (json_is_string(targets))
+        targets = json_pack("[o]", targets);
+    else if (json_is_null(targets))
+        targets = json_array();
+    size_t i;
+    json_t *t;
+    int ok = json_is_array(targets);
+    json_array_foreach(targets, i, t) {
+        size_t j;
+        json_t *a;
+        int allowed = 0;
+        json_array_foreach(json_object_get(step, "allowed"), j, a)
+            allowed |= json_is_string(t) && strcmp(json_string_value(a), json_string_value(t)) == 0;
+        if (!allowed) {
+            char *text = json_dumps(t, JSON_ENCODE_ANY);
+            st_err_set(r->eb, ST_ERR_INVALID, "the decision names state %s, not one of this state's next states",
+                       text ? text : "?");
+            free(text);
+            ok = 0;
+            break;
+        }
+    }
+    if (ok && json_array_size(threads(r)) + json_array_size(targets) > ST_MAX_THREADS) {
+        st_err_set(r->eb, ST_ERR_LIMIT, "more than %d threads alive", ST_MAX_THREADS);
+        ok = 0;
+    } else if (!ok && !json_is_array(targets)) {
+        st_err_set(r->eb, ST_ERR_INVALID, "next states must be a state id or an array of them");
+    }
+    if (!ok) {
+        json_decref(targets);
+        fail_step(r, step_path);
+        return STEP_NEXT;
+    }
+    json_array_clear(json_object_get(thread, "stack"));
+    json_array_foreach(targets, i, t) {
+        snprintf(p, sizeof p, "/states/%s/steps", json_string_value(t));
+        if (i == 0)
+            push_frame(thread, p);
+        else
+            new_thread(r, json_null(), p, 0);
+    }
+    json_decref(targets);
+    return STEP_NEXT;
 }
 
 /* ---- executing one step -------------------------------------------------------------- */
-
-typedef enum { STEP_NEXT, STEP_WAIT } step_outcome_t;
 
 static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                 const char *step_path)
@@ -371,7 +450,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                   step_path, "until_ms", (json_int_t)due));
         return STEP_WAIT;
     } else if (strcmp(type, "call") == 0) {
-        start_call(r, thread, step, step_path, 1);
+        start_call(r, thread, step, step_path, 1, 0);
         return r->ended ? STEP_NEXT : STEP_WAIT;
     } else if (strcmp(type, "subworkflow") == 0) {
         json_t *input = eval_map(r, json_object_get(step, "input"));
@@ -413,6 +492,34 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
         wait_on(thread, json_pack("{s:s, s:s, s:o, s:s, s:i}", "kind", "join", "step", step_path,
                                   "children", children, "mode", join ? join : "all", "finished", 0));
         return STEP_WAIT;
+    } else if (strcmp(type, "merge") == 0) {
+        json_t *from = eval_value(r, json_object_get(step, "from"));
+        const char *k;
+        json_t *v;
+        if (from != NULL && !json_is_null(from) && !json_is_object(from))
+            st_err_set(r->eb, ST_ERR_INVALID, "attribute updates must be an object");
+        int ok = from != NULL && (json_is_null(from) || json_is_object(from));
+        json_object_foreach(json_is_object(from) ? from : NULL, k, v) {
+            size_t j;
+            json_t *a;
+            int declared = 0;
+            json_array_foreach(json_object_get(step, "allowed"), j, a)
+                declared |= strcmp(json_string_value(a), k) == 0;
+            if (!declared && ok) {
+                st_err_set(r->eb, ST_ERR_INVALID, "attribute '%s' is not declared", k);
+                ok = 0;
+            }
+        }
+        if (!ok) {
+            json_decref(from);
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        if (json_is_object(from))
+            json_object_update(json_object_get(r->snap, "state"), from);
+        json_decref(from);
+    } else if (strcmp(type, "goto") == 0 || strcmp(type, "spawn") == 0) {
+        return exec_goto(r, thread, step, step_path);
     } else if (strcmp(type, "complete") == 0) {
         json_t *output = eval_map(r, json_object_get(step, "output"));
         if (output == NULL)
@@ -485,10 +592,20 @@ static void run_thread(run_t *r, json_t *thread)
         size_t depth = json_array_size(stack);
         if (depth == 0) {
             json_object_set_new(thread, "done", json_true());
-            if (json_integer_value(json_object_get(thread, "id")) == 0)
-                end_instance(r, "completed", NULL, NULL);   /* fell off the end */
-            else
+            if (json_is_null(json_object_get(thread, "parent"))) {
+                /* A root thread ended (the main line, or a process thread at a dead end):
+                 * the instance completes when no other non-daemon thread is alive. */
+                size_t i;
+                json_t *o;
+                int alive = 0;
+                json_array_foreach(threads(r), i, o)
+                    alive |= !json_is_true(json_object_get(o, "done")) &&
+                             !json_is_true(json_object_get(o, "daemon"));
+                if (!alive)
+                    end_instance(r, "completed", NULL, NULL);   /* fell off the end */
+            } else {
                 branch_done(r, thread);
+            }
             return;
         }
         if (++r->steps > ST_MAX_STEPS_PER_RUN) {
@@ -616,9 +733,10 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
                 new_token(r, token, sizeof token);
                 effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms",
                                     (json_int_t)(r->now_ms + delay), "token", token, "kind", "retry"));
-                wait_on(thread, json_pack("{s:s, s:s, s:s, s:i, s:I}", "kind", "retry", "token", token,
+                wait_on(thread, json_pack("{s:s, s:s, s:s, s:i, s:I, s:O}", "kind", "retry", "token", token,
                                           "step", step_path, "attempt", attempt, "until_ms",
-                                          (json_int_t)(r->now_ms + delay)));
+                                          (json_int_t)(r->now_ms + delay), "visit",
+                                          json_object_get(wait, "visit")));
             } else if (json_object_get(step, "on_failure")) {
                 set_var(r, step, json_pack("{s:O, s:i}", "error", result ? result : json_null(),
                                            "attempts", attempt));
@@ -633,7 +751,8 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
         }
     } else if (strcmp(kind, "retry") == 0 &&
                (strcmp(type, "TIMER_DUE") == 0 || strcmp(type, "RETRY_DUE") == 0)) {
-        start_call(r, thread, step, step_path, (int)json_integer_value(json_object_get(wait, "attempt")) + 1);
+        start_call(r, thread, step, step_path, (int)json_integer_value(json_object_get(wait, "attempt")) + 1,
+                   json_integer_value(json_object_get(wait, "visit")));
     } else if (strcmp(kind, "child") == 0 && strcmp(type, "CHILD_COMPLETED") == 0) {
         if (strcmp(str(payload, "status") ? str(payload, "status") : "", "completed") == 0) {
             const json_t *output = json_object_get(payload, "output");
@@ -670,6 +789,15 @@ static void finish_snapshot(run_t *r)
     json_t *display = json_null();
     size_t i;
     json_t *t;
+    /* A waiting instance drops its finished threads, so a long-lived instance that forks
+     * again and again (a process state re-entered with several next states, a parallel
+     * in a loop) neither grows its snapshot nor reaches ST_MAX_THREADS. Nothing refers
+     * to a finished thread: joins look children up by id and skip missing ones. */
+    if (!r->ended) {
+        for (i = json_array_size(threads(r)); i-- > 0;)
+            if (json_is_true(json_object_get(json_array_get(threads(r), i), "done")))
+                json_array_remove(threads(r), i);
+    }
     json_array_foreach(threads(r), i, t) {
         json_t *w = json_object_get(t, "wait");
         if (json_is_object(w) && str(w, "token") != NULL) {
@@ -720,9 +848,10 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
                            "output", "error");
     } else {
         const char *status = str(snapshot, "status");
-        if (json_integer_value(json_object_get(snapshot, "schema_version")) != ST_SNAPSHOT_SCHEMA_VERSION) {
+        st_err_t bad = st_snapshot_check(defn, snapshot, r.eb);
+        if (bad != ST_OK) {
             json_decref(r.effects);
-            return st_err_set(r.eb, ST_ERR_INVALID, "unknown snapshot schema version");
+            return bad;
         }
         if (strcmp(type, "START") == 0 || status == NULL || strcmp(status, "completed") == 0 ||
             strcmp(status, "failed") == 0) {
@@ -767,19 +896,4 @@ void st_run_result_close(st_run_result_t *result)
     json_decref(result->effects);
     result->snapshot = NULL;
     result->effects = NULL;
-}
-
-const char *st_snapshot_waiting_signal(const json_t *snapshot)
-{
-    if (str(snapshot, "kind") && strcmp(str(snapshot, "kind"), "lifecycle") == 0)
-        return str(snapshot, "status") && strcmp(str(snapshot, "status"), "waiting") == 0 ? "*" : NULL;
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(snapshot, "threads"), i, t) {
-        json_t *w = json_object_get(t, "wait");
-        if (!json_is_true(json_object_get(t, "done")) && json_is_object(w) && str(w, "kind") &&
-            strcmp(str(w, "kind"), "signal") == 0)
-            return str(w, "name");
-    }
-    return NULL;
 }

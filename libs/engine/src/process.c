@@ -12,6 +12,8 @@
  *   spawn  {state: name, daemon: true}  starts a thread at a state without waiting
  *          for it; a daemon thread (the process timeout) does not keep the instance
  *          alive.
+ *   merge  {from: "expression", allowed: [names]}  copies the members of an object
+ *          (the decision's attribute updates) into state; each must be declared.
  * Each state's steps live at /states/<id>/steps of the canonical form. The instance
  * completes when its last non-daemon thread stops. The source document is kept under
  * "source" so services can show what the author wrote.
@@ -298,6 +300,10 @@ void st_process_validate(const json_t *doc, json_t *problems)
                         problem(problems, ap, "bad attribute name '%s'", an);
                     else if (!json_is_object(decl))
                         problem(problems, ap, "an attribute declaration must be an object%s", NULL);
+                    else if (json_is_string(json_object_get(decl, "default")) &&
+                             (strchr(str(decl, "default"), '\'') || strchr(str(decl, "default"), '\\') ||
+                              strlen(str(decl, "default")) > 500))
+                        problem(problems, ap, "a string default may not hold quotes or backslashes%s", NULL);
                     else if (strcmp(key, "local") == 0 && json_object_get(attrs, "global") &&
                              json_object_get(json_object_get(attrs, "global"), an))
                         problem(problems, ap, "attribute '%s' is declared local and global", an);
@@ -307,8 +313,8 @@ void st_process_validate(const json_t *doc, json_t *problems)
     }
 
     const json_t *states = json_object_get(doc, "states");
-    if (!json_is_array(states) || json_array_size(states) == 0) {
-        problem(problems, "/states", "states must be a non-empty array%s", NULL);
+    if (!json_is_array(states) || json_array_size(states) == 0 || json_array_size(states) > 1000) {
+        problem(problems, "/states", "states must be a non-empty array of at most 1000 states%s", NULL);
         return;
     }
     json_t *ids = json_object();
@@ -408,11 +414,11 @@ static json_t *command_step(const char *state, size_t i, const json_t *c)
 
 static json_t *goto_step(const char *id, json_t *targets, const json_t *allowed)
 {
-    return json_pack("{s:s, s:s, s:o, s:O}", "id", id, "type", "goto", "targets", targets,
-                     "allowed", allowed ? allowed : json_array());
+    return json_pack("{s:s, s:s, s:o, s:o}", "id", id, "type", "goto", "targets", targets,
+                     "allowed", allowed ? json_deep_copy(allowed) : json_array());
 }
 
-static json_t *compile_state(const json_t *s)
+static json_t *compile_state(const json_t *s, json_t *attr_names)
 {
     const char *sid = str(s, "id");
     char id[160];
@@ -456,28 +462,27 @@ static json_t *compile_state(const json_t *s)
                                                            json_pack("[s]", str(ex, "on_failure")))));
         }
         json_array_append_new(steps, call);
+        /* The decision may update declared attributes: {"attributes": {name: value}}. */
+        snprintf(id, sizeof id, "%s/attributes", sid);
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:s, s:o}", "id", id, "type", "merge", "from",
+                                               "state.decision.attributes", "allowed", json_incref(attr_names)));
         /* The worker's decision: {"next": [...]} | {"complete": out} | {"fail": err} | {"dead_end": true} */
         char fid[160], cid[160], gid[160];
         snprintf(id, sizeof id, "%s/decide", sid);
         snprintf(fid, sizeof fid, "%s/fail", sid);
         snprintf(cid, sizeof cid, "%s/complete", sid);
         snprintf(gid, sizeof gid, "%s/next", sid);
-        json_array_append_new(
-            steps,
-            json_pack("{s:s, s:s, s:[{s:s, s:[{s:s, s:s, s:{s:s, s:s, s:s}}]},"
-                      " {s:s, s:[{s:s, s:s, s:s}]}], s:[o]}",
-                      "id", id, "type", "switch", "cases",
-                      "when", "decision.fail != null", "steps", "id", fid, "type", "fail", "error",
-                      "code", "'process_failed'", "state", "'' + decision.fail", "detail", "decision.fail",
-                      "when", "decision.complete != null", "steps", "id", cid, "type", "complete",
-                      "output", "decision.complete",
-                      "default", goto_step(gid, json_string("decision.next ?? []"), json_object_get(s, "next"))));
-        /* "state": the error names the state; rebuild it as a literal. */
-        json_t *err = json_object_get(json_array_get(json_object_get(json_array_get(
-            json_object_get(json_array_get(steps, json_array_size(steps) - 1), "cases"), 0), "steps"), 0), "error");
         char lit[200];
         snprintf(lit, sizeof lit, "'%s'", sid);
-        json_object_set_new(err, "state", json_string(lit));
+        json_t *fail = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}}", "id", fid, "type", "fail", "error",
+                                 "code", "'process_failed'", "state", lit, "detail", "state.decision.fail");
+        json_t *complete = json_pack("{s:s, s:s, s:s}", "id", cid, "type", "complete", "output",
+                                     "state.decision.complete");
+        json_array_append_new(
+            steps, json_pack("{s:s, s:s, s:[{s:s, s:[o]}, {s:s, s:[o]}], s:[o]}", "id", id, "type",
+                             "switch", "cases", "when", "state.decision.fail != null", "steps", fail,
+                             "when", "state.decision.complete != null", "steps", complete, "default",
+                             goto_step(gid, json_string("state.decision.next"), json_object_get(s, "next"))));
     } else if (json_object_get(s, "complete")) {
         snprintf(id, sizeof id, "%s/complete", sid);
         json_array_append_new(steps, json_pack("{s:s, s:s, s:O}", "id", id, "type", "complete", "output",
@@ -496,21 +501,31 @@ json_t *st_process_canonical(const json_t *doc)
     json_t *steps = json_array();
     size_t i;
     json_t *s;
+    json_t *attr_names = json_array();
+    const char *scope;
+    json_t *decls;
+    json_object_foreach(json_object_get(doc, "attributes"), scope, decls) {
+        const char *name;
+        json_t *decl;
+        json_object_foreach(decls, name, decl)
+            json_array_append_new(attr_names, json_string(name));
+    }
     json_array_foreach(json_object_get(doc, "states"), i, s)
-        json_object_set_new(states, str(s, "id"), compile_state(s));
-    /* Local attributes start at their defaults, under state.<name>. */
+        json_object_set_new(states, str(s, "id"), compile_state(s, attr_names));
+    json_decref(attr_names);
+    /* Local attributes start at their defaults, under state.<name>; a string default
+     * becomes a quoted literal (the validator refuses quotes and backslashes in it). */
     json_t *defaults = json_object();
     const char *an;
     json_t *decl;
     json_object_foreach(json_object_get(json_object_get(doc, "attributes"), "local"), an, decl) {
         const json_t *d = json_object_get(decl, "default");
-        if (d != NULL && json_is_string(d))   /* a literal string, quoted for the expression */
-            json_object_set_new(defaults, an, json_pack("s", "string(x)"));
-        json_object_set_new(defaults, an, d && !json_is_string(d) ? json_deep_copy(d) : json_null());
-        if (d && json_is_string(d)) {
-            /* strings in set values are expressions: wrap in json() of a literal */
-            json_t *wrapped = json_pack("{s:O}", "__literal", d);
-            json_object_set_new(defaults, an, wrapped);
+        if (d != NULL && json_is_string(d)) {
+            char lit[600];
+            snprintf(lit, sizeof lit, "'%s'", json_string_value(d));
+            json_object_set_new(defaults, an, json_string(lit));
+        } else {
+            json_object_set_new(defaults, an, d ? json_deep_copy(d) : json_null());
         }
     }
     if (json_object_size(defaults) > 0)

@@ -19,8 +19,8 @@
 typedef struct st_defn st_defn_t;   /* compiled, validated definition; immutable */
 
 /* Compiles a front-end document into a canonical definition. `doc` is borrowed.
- * The document's "kind" is "flow" or "lifecycle" (docs/definitions.md,
- * docs/lifecycle.md).
+ * The document's "kind" is "flow", "lifecycle" or "process" (docs/definitions.md,
+ * docs/lifecycle.md); a stored canonical form compiles again to itself.
  * On success returns ST_OK and *out (caller frees with st_defn_free()); *problems is
  * set to NULL. On failure returns ST_ERR_INVALID and *problems = a new JSON array of
  * {"pointer": "/steps/2/next", "message": "..."} listing every problem found (caller
@@ -29,8 +29,12 @@ st_err_t st_defn_compile(const json_t *doc, st_defn_t **out, json_t **problems);
 void st_defn_free(st_defn_t *defn);
 const char *st_defn_name(const st_defn_t *defn);        /* borrowed */
 int st_defn_version(const st_defn_t *defn);
-const char *st_defn_kind(const st_defn_t *defn);        /* "flow" | "lifecycle"; borrowed */
+const char *st_defn_kind(const st_defn_t *defn);        /* "flow" | "lifecycle" | "process"; borrowed */
 const json_t *st_defn_canonical(const st_defn_t *defn); /* borrowed, valid until free */
+/* A process's ID reuse policy ("allow_if_no_running", "allow_if_previous_failed",
+ * "disallow_reuse", "allow_terminate_if_running"), for the API's start check; NULL for
+ * flows and lifecycles. Borrowed; valid until st_defn_free(). */
+const char *st_defn_id_reuse_policy(const st_defn_t *defn);
 
 /* Outcome of one run. */
 typedef enum { ST_RUN_WAITING = 1, ST_RUN_COMPLETED, ST_RUN_FAILED } st_run_status_t;
@@ -51,6 +55,7 @@ typedef struct {
  * Returns ST_OK with *result filled (release with st_run_result_close()).
  * ST_ERR_STALE: the event answers no current wait (wrong token, ended instance,
  *   START twice); *result is left empty and nothing may change.
+ * ST_ERR_INVALID: the snapshot does not fit the definition (st_snapshot_check()).
  * ST_ERR_CONFLICT: a named SIGNAL the instance does not wait for right now; the
  *   caller may buffer it and deliver it when the instance waits for that name.
  * A failing expression or step fails the instance (ST_RUN_FAILED), it is not an
@@ -62,10 +67,27 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
 /* Releases both JSON values and zeroes the result. */
 void st_run_result_close(st_run_result_t *result);
 
+/* Checks that a stored snapshot fits `defn` (schema version, status, threads, frames
+ * and waits pointing at real steps of the definition). st_interp_run() calls it on
+ * every snapshot it is given; ST_ERR_INVALID names the bad place in `eb`. */
+st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_errbuf_t *eb);
+
 /* The name of the signal a waiting snapshot waits for, "*" when it takes any named
  * signal (a lifecycle instance waiting for triggers), or NULL. Borrowed from the
  * snapshot. Lets a service deliver a buffered signal after a run. */
 const char *st_snapshot_waiting_signal(const json_t *snapshot);
+
+/* True when a SIGNAL named `name` (without a token) would be taken by the instance now:
+ * some live thread waits for that signal, or a lifecycle instance waits for triggers.
+ * Unlike st_snapshot_waiting_signal() it sees every thread (a process may wait on
+ * several queues at once), so a service should use it to deliver buffered signals. */
+int st_snapshot_waits_for(const json_t *snapshot, const char *name);
+
+/* Every signal name the instance waits for right now, without duplicates, in thread
+ * order: ["*"] for a lifecycle waiting for triggers, [] when none. A process can wait
+ * on several queues at once; deliver a buffered signal whose name is in this list.
+ * Caller decrefs the new array. */
+json_t *st_snapshot_waiting_signals(const json_t *snapshot);
 
 #define ST_SNAPSHOT_SCHEMA_VERSION 1
 
