@@ -567,11 +567,11 @@ static void branch_done(run_t *r, json_t *t)
 {
     json_t *parent = thread_by_id(r, json_integer_value(json_object_get(t, "parent")));
     json_t *wait = parent ? json_object_get(parent, "wait") : NULL;
-    if (wait == NULL || strcmp(str(wait, "kind"), "join") != 0)
+    if (wait == NULL || strcmp(str(wait, "kind") ?: "", "join") != 0)
         return;
     int finished = (int)json_integer_value(json_object_get(wait, "finished")) + 1;
     json_object_set_new(wait, "finished", json_integer(finished));
-    int any = strcmp(str(wait, "mode"), "any") == 0;
+    int any = strcmp(str(wait, "mode") ?: "all", "any") == 0;
     if (!any && (size_t)finished < json_array_size(json_object_get(wait, "children")))
         return;
     size_t i;
