@@ -64,6 +64,14 @@ static const char *str(const json_t *obj, const char *key)
     return json_string_value(json_object_get(obj, key));
 }
 
+/* The string member or "" when it is missing: for comparisons on data read from a
+ * stored snapshot, which may be damaged (st_snapshot_check catches most of that). */
+static const char *str0(const json_t *obj, const char *key)
+{
+    const char *v = str(obj, key);
+    return v ? v : "";
+}
+
 static json_t *scope_of(run_t *r)
 {
     const json_t *payload = r->event ? json_object_get(r->event, "payload") : NULL;
@@ -267,7 +275,7 @@ static json_t *new_thread(run_t *r, json_t *parent_id, const char *path, int dae
 static step_outcome_t exec_goto(run_t *r, json_t *thread, const json_t *step, const char *step_path)
 {
     char p[600];
-    if (strcmp(str(step, "type"), "spawn") == 0) {
+    if (strcmp(str0(step, "type"), "spawn") == 0) {
         snprintf(p, sizeof p, "/states/%s/steps", str(step, "state"));
         new_thread(r, json_null(), p, json_is_true(json_object_get(step, "daemon")));
         return STEP_NEXT;
@@ -327,7 +335,7 @@ static step_outcome_t exec_goto(run_t *r, json_t *thread, const json_t *step, co
 static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                 const char *step_path)
 {
-    const char *type = str(step, "type");
+    const char *type = str0(step, "type");
     char p[560];
     if (strcmp(type, "set") == 0) {
         json_t *values = eval_map(r, json_object_get(step, "values"));
@@ -567,11 +575,11 @@ static void branch_done(run_t *r, json_t *t)
 {
     json_t *parent = thread_by_id(r, json_integer_value(json_object_get(t, "parent")));
     json_t *wait = parent ? json_object_get(parent, "wait") : NULL;
-    if (wait == NULL || strcmp(str(wait, "kind") ?: "", "join") != 0)
+    if (wait == NULL || strcmp(str0(wait, "kind") ?: "", "join") != 0)
         return;
     int finished = (int)json_integer_value(json_object_get(wait, "finished")) + 1;
     json_object_set_new(wait, "finished", json_integer(finished));
-    int any = strcmp(str(wait, "mode") ?: "all", "any") == 0;
+    int any = strcmp(str0(wait, "mode") ?: "all", "any") == 0;
     if (!any && (size_t)finished < json_array_size(json_object_get(wait, "children")))
         return;
     size_t i;
@@ -624,7 +632,7 @@ static void run_thread(run_t *r, json_t *thread)
                 const json_t *lstep = resolve(r, str(loop, "step"));
                 json_int_t iteration = json_integer_value(json_object_get(loop, "iteration"));
                 int again;
-                if (strcmp(str(lstep, "type"), "while") == 0) {
+                if (strcmp(str0(lstep, "type"), "while") == 0) {
                     json_t *c = eval_value(r, json_object_get(lstep, "condition"));
                     if (c == NULL) {
                         fail_step(r, str(loop, "step"));
@@ -683,10 +691,10 @@ static json_t *find_waiting(run_t *r, const char *token, const char *signal_name
         json_t *w = json_object_get(t, "wait");
         if (json_is_true(json_object_get(t, "done")) || !json_is_object(w) || str(w, "token") == NULL)
             continue;
-        if (token != NULL && strcmp(str(w, "token"), token) == 0)
+        if (token != NULL && strcmp(str0(w, "token"), token) == 0)
             return t;
-        if (token == NULL && signal_name != NULL && strcmp(str(w, "kind"), "signal") == 0 &&
-            strcmp(str(w, "name"), signal_name) == 0)
+        if (token == NULL && signal_name != NULL && strcmp(str0(w, "kind"), "signal") == 0 &&
+            strcmp(str0(w, "name"), signal_name) == 0)
             return t;
     }
     return NULL;
@@ -697,8 +705,8 @@ static json_t *find_waiting(run_t *r, const char *token, const char *signal_name
 static st_err_t resume(run_t *r, json_t *thread, const char *type)
 {
     json_t *wait = json_deep_copy(json_object_get(thread, "wait"));
-    const char *kind = str(wait, "kind");
-    const char *step_path = str(wait, "step");
+    const char *kind = str0(wait, "kind");
+    const char *step_path = str0(wait, "step");
     const json_t *step = resolve(r, step_path);
     const json_t *payload = json_object_get(r->event, "payload");
     char p[600];
@@ -754,7 +762,7 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
         start_call(r, thread, step, step_path, (int)json_integer_value(json_object_get(wait, "attempt")) + 1,
                    json_integer_value(json_object_get(wait, "visit")));
     } else if (strcmp(kind, "child") == 0 && strcmp(type, "CHILD_COMPLETED") == 0) {
-        if (strcmp(str(payload, "status") ? str(payload, "status") : "", "completed") == 0) {
+        if (strcmp(str0(payload, "status") ? str(payload, "status") : "", "completed") == 0) {
             const json_t *output = json_object_get(payload, "output");
             set_var(r, step, output ? json_deep_copy(output) : json_null());
         } else if (json_object_get(step, "on_failure")) {
