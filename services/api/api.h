@@ -95,6 +95,10 @@ PGconn *st_api_conn(st_api_t *api, st_answer_t *out);
 /* Sends the answer (problem+json for >= 400) and releases it. */
 void st_api_reply(st_http_req_t *req, st_answer_t *a);
 
+/* The `limit` query parameter of a list route: `def` when absent, else an integer from
+ * 1 to `max`. Returns it, or 0 after setting a 400 invalid_limit problem in `out`. */
+int st_api_page_limit(st_http_req_t *req, int def, int max, st_answer_t *out);
+
 /* For HTTP handlers: answers 403 and returns 0 unless the caller holds `role`. */
 int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role);
 

@@ -59,11 +59,10 @@ static void handle_list(st_http_req_t *req, void *ctx)
     st_api_t *api = ctx;
     const char *status = st_http_query(req, "status");
     const char *cursor = st_http_query(req, "cursor");
-    const char *limit_text = st_http_query(req, "limit");
-    int limit = limit_text ? atoi(limit_text) : 50;
-    if (limit <= 0 || limit > 500) {
-        st_http_reply_problem(req, 400, "invalid_limit", "limit must be from 1 to 500", "/limit",
-                              NULL);
+    st_answer_t answer = {0};
+    int limit = st_api_page_limit(req, 50, 500, &answer);
+    if (limit == 0) {
+        st_api_reply(req, &answer);
         return;
     }
     if (status != NULL && strcmp(status, "open") != 0 && strcmp(status, "replayed") != 0 &&

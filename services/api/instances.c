@@ -258,12 +258,9 @@ done:
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    const char *limit_text = st_http_query(req, "limit");
-    int limit = limit_text ? atoi(limit_text) : 50;
     st_answer_t answer = {0};
-    if (limit <= 0 || limit > MAX_PAGE) {
-        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 500",
-                          "/limit", NULL);
+    int limit = st_api_page_limit(req, 50, MAX_PAGE, &answer);
+    if (limit == 0) {
         st_api_reply(req, &answer);
         return;
     }
@@ -360,14 +357,13 @@ static void handle_history(st_http_req_t *req, void *ctx)
     st_api_t *api = ctx;
     const char *id = st_http_param(req, "id");
     const char *after = st_http_query(req, "after");
-    const char *limit_text = st_http_query(req, "limit");
-    int limit = limit_text ? atoi(limit_text) : 200;
     st_answer_t answer = {0};
     PGconn *conn = NULL;
+    int limit = 0;
     if (!st_uuid_valid(id))
         st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
-    else if (limit <= 0 || limit > 1000)
-        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 1000", "/limit", NULL);
+    else if ((limit = st_api_page_limit(req, 200, 1000, &answer)) == 0)
+        ;   /* answered */
     else if (after && (strlen(after) > 18 || strspn(after, "0123456789") != strlen(after)))
         st_answer_problem(&answer, 400, "invalid_cursor", "after must be an entry id", "/after", NULL);
     else

@@ -89,6 +89,21 @@ void st_api_reply(st_http_req_t *req, st_answer_t *a)
     a->body = NULL;
 }
 
+int st_api_page_limit(st_http_req_t *req, int def, int max, st_answer_t *out)
+{
+    const char *text = st_http_query(req, "limit");
+    if (text == NULL)
+        return def;
+    int limit = strlen(text) <= 6 && strspn(text, "0123456789") == strlen(text) ? atoi(text) : 0;
+    if (limit < 1 || limit > max) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "limit must be an integer from 1 to %d", max);
+        st_answer_problem(out, 400, "invalid_limit", msg, "/limit", NULL);
+        return 0;
+    }
+    return limit;
+}
+
 int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
 {
     if (st_principal_has_role(&api->current, role))

@@ -69,16 +69,14 @@ static json_t *task_row(PGresult *res, int row)
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    const char *limit_text = st_http_query(req, "limit");
-    int limit = limit_text ? atoi(limit_text) : 50;
     const char *instance = st_http_query(req, "instance_id");
     const char *cursor = st_http_query(req, "cursor");
     const char *status = st_http_query(req, "status");
     st_answer_t answer = {0};
     PGconn *conn = NULL;
-    if (limit <= 0 || limit > 500)
-        st_answer_problem(&answer, 400, "invalid_limit", "limit must be from 1 to 500", "/limit",
-                          NULL);
+    int limit = st_api_page_limit(req, 50, 500, &answer);
+    if (limit == 0)
+        ;   /* answered */
     else if ((instance && !st_uuid_valid(instance)) || (cursor && !st_uuid_valid(cursor)))
         st_answer_problem(&answer, 400, "invalid_id", "instance_id and cursor must be UUIDs",
                           instance && !st_uuid_valid(instance) ? "/instance_id" : "/cursor", NULL);

@@ -4,13 +4,12 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "strand/due_loop.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/pg.h"
@@ -18,14 +17,13 @@
 #include "strand/util.h"
 
 #define CLAIM_BATCH 16
-#define SAFETY_WAIT_MS 30000
+#define HOUSEKEEPING_EVERY_S 60
 #define MAX_RESPONSE_BYTES (1 << 20)
 
 struct st_dispatcher {
     st_service_t *svc;
-    pthread_t thread;
-    int stop_pipe[2];
-    PGconn *conn;
+    st_due_loop_t *loop;       /* LISTEN strand_calls, reconnects, stop (libs/common) */
+    time_t last_housekeeping;
     st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
 };
 
@@ -158,17 +156,34 @@ static st_err_t report_tx(PGconn *conn, PGresult *calls, int row, json_t *result
     return err;
 }
 
-static int dispatcher_stopping(const st_dispatcher_t *d)
+/* Recovery of abandoned calls and the dedup purge: bounded, indexed, once a minute. */
+static int housekeeping(st_dispatcher_t *d, PGconn *conn)
 {
-    return st_service_stopping(d->svc);
+    if (time(NULL) - d->last_housekeeping < HOUSEKEEPING_EVERY_S)
+        return 1;
+    st_errbuf_t eb;
+    char secs[16];
+    snprintf(secs, sizeof secs, "%d", d->svc->cfg.dedup_retention_s);
+    const char *params[] = {secs};
+    if (st_pg_exec(conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK ||
+        st_pg_exec(conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
+        st_log_warn("executor housekeeping failed", "%s", eb.msg);
+        return 0;
+    }
+    d->last_housekeeping = time(NULL);
+    return 1;
 }
 
-/* Claims a batch and performs it. Returns rows claimed, -1 on a database error. */
-static int dispatch_batch(st_dispatcher_t *d)
+/* Claims a batch and performs it (the due loop's `process`). Returns rows claimed,
+ * -1 on a database error. */
+static int dispatch_batch(PGconn *conn, void *ctx)
 {
+    st_dispatcher_t *d = ctx;
+    if (!housekeeping(d, conn))
+        return -1;
     st_errbuf_t eb;
     PGresult *calls = NULL;
-    if (st_pg_exec(d->conn, sql_calls_claim, 0, NULL, &calls, &eb) != ST_OK) {
+    if (st_pg_exec(conn, sql_calls_claim, 0, NULL, &calls, &eb) != ST_OK) {
         st_log_warn("could not claim calls", "%s", eb.msg);
         return -1;
     }
@@ -187,10 +202,10 @@ static int dispatch_batch(st_dispatcher_t *d)
                                                                    : d->m_calls_failed);
         /* The result must reach the database; a crash before this line makes the
          * recovery sweep send the call again with the same idempotency key. */
-        while (report_tx(d->conn, calls, i, result, &eb) != ST_OK && !dispatcher_stopping(d)) {
+        while (report_tx(conn, calls, i, result, &eb) != ST_OK && !st_service_stopping(d->svc)) {
             st_log_warn("could not record a call result, retrying", "%s", eb.msg);
             poll(NULL, 0, 500);
-            st_pg_ensure(d->conn);
+            st_pg_ensure(conn);
         }
         json_decref(result);
     }
@@ -198,59 +213,12 @@ static int dispatch_batch(st_dispatcher_t *d)
     return n;
 }
 
-static void *dispatcher_main(void *arg)
+/* New calls arrive by NOTIFY; the only deadline of its own is the next housekeeping. */
+static long long next_wait_ms(PGconn *conn, void *ctx)
 {
-    st_dispatcher_t *d = arg;
-    time_t last_housekeeping = 0;
-    while (!dispatcher_stopping(d)) {
-        st_errbuf_t eb;
-        if (d->conn == NULL || PQstatus(d->conn) != CONNECTION_OK) {
-            if (d->conn != NULL)
-                PQfinish(d->conn);
-            d->conn = NULL;
-            if (st_pg_connect(d->svc->cfg.pg_dsn, "strand-dispatcher", &d->conn, &eb) != ST_OK ||
-                st_pg_exec(d->conn, "LISTEN strand_calls", 0, NULL, NULL, &eb) != ST_OK) {
-                st_log_warn("dispatcher could not connect to PostgreSQL", "%s", eb.msg);
-                struct pollfd p = {.fd = d->stop_pipe[0], .events = POLLIN};
-                poll(&p, 1, 1000);
-                continue;
-            }
-        }
-        /* Housekeeping at start-up and then at most once a minute: bounded, indexed. */
-        if (time(NULL) - last_housekeeping >= 60) {
-            char secs[16];
-            snprintf(secs, sizeof secs, "%d", d->svc->cfg.dedup_retention_s);
-            const char *params[] = {secs};
-            if (st_pg_exec(d->conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK ||
-                st_pg_exec(d->conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
-                st_log_warn("executor housekeeping failed", "%s", eb.msg);
-                continue;
-            }
-            last_housekeeping = time(NULL);
-        }
-        int n;
-        while ((n = dispatch_batch(d)) == CLAIM_BATCH && !dispatcher_stopping(d))
-            ;
-        if (n < 0)
-            continue;
-        PQconsumeInput(d->conn);
-        PGnotify *note = PQnotifies(d->conn);
-        if (note != NULL) {   /* arrived while we worked: go again */
-            do
-                PQfreemem(note);
-            while ((note = PQnotifies(d->conn)) != NULL);
-            continue;
-        }
-        struct pollfd pfd[2] = {{.fd = PQsocket(d->conn), .events = POLLIN},
-                                {.fd = d->stop_pipe[0], .events = POLLIN}};
-        poll(pfd, 2, SAFETY_WAIT_MS);   /* also paces the housekeeping above */
-        PQconsumeInput(d->conn);
-        while ((note = PQnotifies(d->conn)) != NULL)
-            PQfreemem(note);
-    }
-    if (d->conn != NULL)
-        PQfinish(d->conn);
-    return NULL;
+    st_dispatcher_t *d = ctx;
+    long long left = (long long)(d->last_housekeeping + HOUSEKEEPING_EVERY_S - time(NULL)) * 1000;
+    return left > 0 ? left : 0;
 }
 
 st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf_t *eb)
@@ -266,9 +234,13 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
     d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
                                          "Duration of outbound calls", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (pipe(d->stop_pipe) != 0 || pthread_create(&d->thread, NULL, dispatcher_main, d) != 0) {
+    st_due_loop_config_t cfg = {"dispatcher", ST_CALLS_CHANNEL, CLAIM_BATCH, dispatch_batch,
+                                next_wait_ms, d};
+    st_err_t err = st_due_loop_start(svc, &cfg, &d->loop, eb);
+    if (err != ST_OK) {
+        curl_global_cleanup();
         free(d);
-        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the call dispatcher");
+        return err;
     }
     *out = d;
     return ST_OK;
@@ -278,11 +250,7 @@ void st_dispatcher_stop(st_dispatcher_t *d)
 {
     if (d == NULL)
         return;
-    ssize_t ignored = write(d->stop_pipe[1], "x", 1);
-    (void)ignored;
-    pthread_join(d->thread, NULL);
-    close(d->stop_pipe[0]);
-    close(d->stop_pipe[1]);
+    st_due_loop_stop(d->loop);
     curl_global_cleanup();
     free(d);
 }

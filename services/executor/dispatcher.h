@@ -2,7 +2,8 @@
  * dispatcher.h - performs outbound calls after commit (invariant 7: no network call
  * inside a database transaction) and reports each outcome as a CALL_RESULT signal.
  *
- * A thread in the executor. It wakes on NOTIFY strand_calls, claims pending rows of
+ * A thread in the executor, on the shared deadline loop (libs/common due_loop.c).
+ * It wakes on NOTIFY strand_calls, claims pending rows of
  * strand.calls with FOR UPDATE SKIP LOCKED and marks them sent (commit), performs the
  * HTTP POST with the call's timeout and an Idempotency-Key header, then, in one
  * transaction, records the result and enqueues the CALL_RESULT signal with the call's
@@ -18,6 +19,9 @@
 
 #include "strand/err.h"
 #include "strand/service.h"
+
+/* NOTIFY channel raised with each new call (effects.c), in the call's transaction. */
+#define ST_CALLS_CHANNEL "strand_calls"
 
 typedef struct st_dispatcher st_dispatcher_t;
 

@@ -1,6 +1,8 @@
 /* effects.c - effects to rows (see effects.h). */
 #include "effects.h"
 
+#include "dispatcher.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,6 @@
 #include "strand/util.h"
 #include "strand/work.h"
 
-/* NOTIFY channel the call dispatcher listens on. */
-#define CALLS_CHANNEL "strand_calls"
 
 static const char *const sql_task_insert =
     "INSERT INTO strand.tasks (id, instance_id, name, status, roles, payload, waiting_token,"
@@ -168,7 +168,7 @@ static st_err_t make_call_tx(PGconn *conn, const char *instance_id, const json_t
     st_err_t err = st_pg_exec(conn, sql_call_insert, 8, params, NULL, eb);
     free(request);
     if (err == ST_OK)
-        err = st_pg_exec(conn, "NOTIFY " CALLS_CHANNEL, 0, NULL, NULL, eb);
+        err = st_pg_exec(conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, eb);
     return err;
 }
 

@@ -311,3 +311,34 @@ int it_run_suite(const char *suite_name, const it_case_t *cases, int ncases)
     it_stop_all();
     return failed == 0 && ran == (unsigned)ncases ? 0 : 1;
 }
+
+static int ended(const char *status)
+{
+    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
+}
+
+json_t *it_wait_instance(const char *id, const char *want, int timeout_s)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    time_t deadline = time(NULL) + timeout_s;
+    while (time(NULL) < deadline) {
+        json_t *answer = NULL;
+        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
+            const char *status = json_string_value(json_object_get(answer, "status"));
+            if (status && (want ? strcmp(status, want) == 0 : ended(status)))
+                return answer;
+            if (status && want && ended(status)) {
+                char *text = json_dumps(answer, JSON_COMPACT);
+                fprintf(stderr, "instance ended as %s, not %s: %s\n", status, want, text);
+                free(text);
+                json_decref(answer);
+                return NULL;
+            }
+        }
+        json_decref(answer);
+        usleep(50 * 1000);
+    }
+    return NULL;
+}

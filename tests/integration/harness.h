@@ -65,6 +65,11 @@ long it_http_text(it_service_t svc, const char *path, char **text);
  * returns the last value. */
 long long it_wait_number(const char *sql, long long want, int timeout_s);
 
+/* Polls GET /v1/instances/{id} until its status is `want` (NULL: any ended status)
+ * and returns the instance (caller decrefs). Returns NULL at the timeout, or at once
+ * (after printing the instance) when it ended with another status. */
+json_t *it_wait_instance(const char *id, const char *want, int timeout_s);
+
 /* One test of an integration suite. */
 typedef struct {
     const char *name;

@@ -52,25 +52,6 @@ static char *start_instance(const char *name, const char *request_id, long *stat
     return copy;
 }
 
-/* Polls until the instance ends; returns its final JSON (caller decrefs) or NULL. */
-static json_t *wait_ended(const char *id, int timeout_s)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/instances/%s", id);
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        json_t *answer = NULL;
-        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
-            const char *status = json_string_value(json_object_get(answer, "status"));
-            if (status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0))
-                return answer;
-        }
-        json_decref(answer);
-        usleep(50 * 1000);
-    }
-    return NULL;
-}
-
 static void test_services_start(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
@@ -136,7 +117,7 @@ static void test_batch_runs_to_completion(void)
     for (int i = 0; i < BATCH; i++) {
         if (ids[i] == NULL)
             continue;
-        json_t *done = wait_ended(ids[i], 60);
+        json_t *done = it_wait_instance(ids[i], NULL, 60);
         CU_ASSERT_PTR_NOT_NULL(done);
         if (done != NULL) {
             char expected[48];
@@ -170,7 +151,7 @@ static void test_start_is_idempotent_by_request_id(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(a);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     CU_ASSERT_STRING_EQUAL(a, b);
-    json_t *done = wait_ended(a, 60);
+    json_t *done = it_wait_instance(a, NULL, 60);
     CU_ASSERT_PTR_NOT_NULL(done);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(done, "output"),
                                                              "message")), "hello ada");
@@ -188,7 +169,7 @@ static void test_redelivered_start_is_applied_once(void)
     long status = 0;
     char *id = start_instance("bob", NULL, &status);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *done = wait_ended(id, 60);
+    json_t *done = it_wait_instance(id, NULL, 60);
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     /* Publish the very same START envelope again, as a redelivery would. */
@@ -225,7 +206,7 @@ static void test_history_and_runtime_views(void)
     long status = 0;
     char *id = start_instance("views", NULL, &status);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *done = wait_ended(id, 60);
+    json_t *done = it_wait_instance(id, NULL, 60);
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     char path[128];
@@ -331,7 +312,7 @@ static void test_graceful_stop_and_identical_restart(void)
     char *id = start_instance("again", NULL, &status);
     CU_ASSERT_EQUAL(status, 201);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *done = wait_ended(id, 60);
+    json_t *done = it_wait_instance(id, NULL, 60);
     CU_ASSERT_PTR_NOT_NULL(done);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(done, "status")), "completed");
     json_decref(done);

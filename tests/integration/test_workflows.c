@@ -21,31 +21,6 @@
 static char suffix[48];
 static char parent_name[80], child_name[80], retry_name[80];
 
-static json_t *wait_status(const char *id, const char *want, int timeout_s)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/instances/%s", id);
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        json_t *answer = NULL;
-        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
-            const char *status = json_string_value(json_object_get(answer, "status"));
-            if (status && strcmp(status, want) == 0)
-                return answer;
-            if (status && (strcmp(status, "failed") == 0 || strcmp(status, "completed") == 0)) {
-                char *text = json_dumps(answer, JSON_COMPACT);
-                fprintf(stderr, "instance ended as %s: %s\n", status, text);
-                free(text);
-                json_decref(answer);
-                return NULL;
-            }
-        }
-        json_decref(answer);
-        usleep(50 * 1000);
-    }
-    return NULL;
-}
-
 /* Waits for the instance's open task; returns its id (caller frees) or NULL. */
 static char *wait_task(const char *instance_id, int timeout_s)
 {
@@ -157,7 +132,7 @@ static void test_full_flow(void)
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{\"ok\":true}}", NULL), 200);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{\"ok\":false}}", NULL), 409);
-    json_t *done = wait_status(id, "completed", 60);
+    json_t *done = it_wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
     json_t *out = json_object_get(done, "output");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "health")), "ok");
@@ -185,7 +160,7 @@ static void test_call_retries_then_failure_path(void)
 {
     char *id = start(retry_name, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *done = wait_status(id, "completed", 60);
+    json_t *done = it_wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
     json_t *out = json_object_get(done, "output");
     CU_ASSERT_TRUE(json_is_true(json_object_get(out, "gave_up")));
@@ -213,7 +188,7 @@ static void test_cancel_waiting_instance(void)
     char path[160];
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"reason\":\"customer withdrew\"}", NULL), 202);
-    json_t *done = wait_status(id, "cancelled", 30);
+    json_t *done = it_wait_instance(id, "cancelled", 30);
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     snprintf(path, sizeof path, "/v1/tasks/%s", task);
@@ -271,7 +246,7 @@ static void test_stale_signals_change_nothing(void)
     char path[160];
     snprintf(path, sizeof path, "/v1/instances/%s/terminate", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"reason\":\"test over\"}", NULL), 202);
-    json_t *done = wait_status(id, "terminated", 30);
+    json_t *done = it_wait_instance(id, "terminated", 30);
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     free(task);

@@ -149,47 +149,8 @@ st_err_t st_service_prepare(st_service_t *svc, st_errbuf_t *eb)
     }
 }
 
-static int probe_pg_ready(void *ctx)
-{
-    st_service_t *svc = ctx;
-    PGconn *conn = svc->probe_pg;
-    if (conn != NULL && st_pg_ensure(conn))
-        return 1;
-    if (conn != NULL)
-        PQfinish(conn);
-    svc->probe_pg = NULL;
-    st_errbuf_t eb;
-    if (st_pg_connect(svc->cfg.pg_dsn, "strand-probe", &conn, &eb) != ST_OK)
-        return 0;
-    svc->probe_pg = conn;
-    return 1;
-}
-
-static int probe_kafka_ready(void *ctx)
-{
-    st_service_t *svc = ctx;
-    return st_kafka_connected(svc->probe_kafka);
-}
-
-st_err_t st_service_add_dependency_checks(st_service_t *svc, st_errbuf_t *eb)
-{
-    rd_kafka_t *rk = NULL;
-    st_err_t err = st_kafka_producer_new(&svc->cfg, NULL, &rk, eb);
-    if (err != ST_OK)
-        return err;
-    svc->probe_kafka = rk;
-    probe_pg_ready(svc);
-    st_service_add_ready(svc, "postgres", probe_pg_ready, svc);
-    st_service_add_ready(svc, "kafka", probe_kafka_ready, svc);
-    return ST_OK;
-}
-
 void st_service_close(st_service_t *svc)
 {
-    if (svc->probe_pg != NULL)
-        PQfinish(svc->probe_pg);
-    if (svc->probe_kafka != NULL)
-        rd_kafka_destroy(svc->probe_kafka);
     st_http_server_free(svc->http);
     for (int i = 0; i < 2; i++)
         if (svc->signal_events[i])

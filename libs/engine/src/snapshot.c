@@ -149,38 +149,6 @@ st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_err
     return ST_OK;
 }
 
-const char *st_snapshot_waiting_signal(const json_t *snapshot)
-{
-    if (str(snapshot, "kind") && strcmp(str(snapshot, "kind"), "lifecycle") == 0)
-        return str(snapshot, "status") && strcmp(str(snapshot, "status"), "waiting") == 0 ? "*" : NULL;
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(snapshot, "threads"), i, t) {
-        json_t *w = json_object_get(t, "wait");
-        if (!json_is_true(json_object_get(t, "done")) && json_is_object(w) && str(w, "kind") &&
-            strcmp(str(w, "kind"), "signal") == 0)
-            return str(w, "name");
-    }
-    return NULL;
-}
-
-int st_snapshot_waits_for(const json_t *snapshot, const char *name)
-{
-    if (name == NULL)
-        return 0;
-    if (str(snapshot, "kind") && strcmp(str(snapshot, "kind"), "lifecycle") == 0)
-        return str(snapshot, "status") && strcmp(str(snapshot, "status"), "waiting") == 0;
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(snapshot, "threads"), i, t) {
-        json_t *w = json_object_get(t, "wait");
-        if (!json_is_true(json_object_get(t, "done")) && json_is_object(w) && str(w, "kind") &&
-            strcmp(str(w, "kind"), "signal") == 0 && str(w, "name") && strcmp(str(w, "name"), name) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 json_t *st_snapshot_waiting_signals(const json_t *snapshot)
 {
     json_t *names = json_array();

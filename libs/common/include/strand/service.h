@@ -29,8 +29,6 @@ typedef struct {
     st_ready_fn ready_fns[ST_MAX_READY_CHECKS];
     void *ready_ctxs[ST_MAX_READY_CHECKS];
     void *signal_events[2];
-    void *probe_pg;              /* PGconn * of st_service_add_dependency_checks() */
-    void *probe_kafka;           /* rd_kafka_t * of st_service_add_dependency_checks() */
 } st_service_t;
 
 /* Loads configuration (exits the process with status 2 and a clear message on bad
@@ -58,11 +56,6 @@ int st_service_stopping(const st_service_t *svc);
  * topics, retrying with backoff while PostgreSQL or Kafka is unreachable, until it
  * succeeds, a permanent error occurs, or a stop signal arrives. */
 st_err_t st_service_prepare(st_service_t *svc, st_errbuf_t *eb);
-
-/* Adds "postgres" and "kafka" readiness checks backed by a connection and a client
- * of the service's own, for services whose workers do not report readiness
- * themselves. Each check reconnects when it finds its connection down. */
-st_err_t st_service_add_dependency_checks(st_service_t *svc, st_errbuf_t *eb);
 
 /* Frees the HTTP server and the event loop. */
 void st_service_close(st_service_t *svc);

@@ -72,17 +72,6 @@ void st_run_result_close(st_run_result_t *result);
  * every snapshot it is given; ST_ERR_INVALID names the bad place in `eb`. */
 st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_errbuf_t *eb);
 
-/* The name of the signal a waiting snapshot waits for, "*" when it takes any named
- * signal (a lifecycle instance waiting for triggers), or NULL. Borrowed from the
- * snapshot. Lets a service deliver a buffered signal after a run. */
-const char *st_snapshot_waiting_signal(const json_t *snapshot);
-
-/* True when a SIGNAL named `name` (without a token) would be taken by the instance now:
- * some live thread waits for that signal, or a lifecycle instance waits for triggers.
- * Unlike st_snapshot_waiting_signal() it sees every thread (a process may wait on
- * several queues at once), so a service should use it to deliver buffered signals. */
-int st_snapshot_waits_for(const json_t *snapshot, const char *name);
-
 /* Every signal name the instance waits for right now, without duplicates, in thread
  * order: ["*"] for a lifecycle waiting for triggers, [] when none. A process can wait
  * on several queues at once; deliver a buffered signal whose name is in this list.
