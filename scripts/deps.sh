@@ -11,6 +11,7 @@ packages=(
   postgresql-15 postgresql-client-15 redis-server
   openjdk-17-jre-headless maven
   clang libclang-rt-14-dev
+  libgraphviz-dev
 )
 
 missing=()
