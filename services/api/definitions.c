@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "api.h"
+#include "diagram.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
+#include "strand/util.h"
 
 static const char *const sql_definition_insert =
     "INSERT INTO strand.definitions (name, version, kind, source, canonical)"
@@ -210,6 +212,96 @@ static void handle_get(st_http_req_t *req, void *ctx)
     PQclear(res);
 }
 
+extern const char st_definition_schema_json[];
+
+/* GET /v1/schema/definition: the JSON Schema of definition documents. */
+static void handle_schema(st_http_req_t *req, void *ctx)
+{
+    st_http_reply_text(req, 200, "application/schema+json", st_definition_schema_json);
+}
+
+static const char *const sql_definition_canonical =
+    "SELECT canonical::text FROM strand.definitions WHERE name = $1 AND version = $2::int";
+static const char *const sql_diagram_instance =
+    "SELECT i.definition_name, i.definition_version, rs.snapshot::text,"
+    " (SELECT coalesce(jsonb_agg(t.name ORDER BY t.completed_at), '[]')::text FROM strand.tasks t"
+    "   WHERE t.instance_id = i.id AND t.status = 'completed')"
+    " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
+    " WHERE i.id = $1::uuid";
+
+/* GET /v1/definitions/{name}/{version}/diagram.svg[?instance=<id>]: the definition as
+ * SVG; with an instance of that version, its path (visited) and waits (waiting). */
+static void handle_diagram(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    const char *name = st_http_param(req, "name");
+    const char *version = st_http_param(req, "version");
+    const char *instance = st_http_query(req, "instance");
+    if (strlen(version) > 7 || atoi(version) <= 0 || strspn(version, "0123456789") != strlen(version)) {
+        st_http_reply_problem(req, 400, "invalid_version", "version must be a positive integer",
+                              "/version", NULL);
+        return;
+    }
+    if (instance != NULL && !st_uuid_valid(instance)) {
+        st_http_reply_problem(req, 400, "invalid_id", "instance must be an instance id (a UUID)",
+                              "/instance", NULL);
+        return;
+    }
+    PGconn *conn = st_api_conn_or_reply(api, req);
+    if (conn == NULL)
+        return;
+    st_errbuf_t eb;
+    PGresult *res = NULL, *ires = NULL;
+    const char *params[] = {name, version};
+    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, &eb);
+    if (err == ST_OK && instance != NULL) {
+        const char *iparams[] = {instance};
+        err = st_pg_exec(conn, sql_diagram_instance, 1, iparams, &ires, &eb);
+    }
+    json_t *canonical = NULL, *snapshot = NULL, *done_tasks = NULL;
+    json_error_t jerr;
+    if (err != ST_OK) {
+        st_api_reply_error(req, err, &eb);
+    } else if (PQntuples(res) == 0) {
+        st_http_reply_problem(req, 404, "definition_not_found", "no such definition", NULL, NULL);
+    } else if (ires != NULL && PQntuples(ires) == 0) {
+        st_http_reply_problem(req, 404, "instance_not_found", "no such instance", "/instance", NULL);
+    } else if (ires != NULL && (strcmp(PQgetvalue(ires, 0, 0), name) != 0 ||
+                                strcmp(PQgetvalue(ires, 0, 1), version) != 0)) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the instance runs %.100s version %s, not this definition",
+                 PQgetvalue(ires, 0, 0), PQgetvalue(ires, 0, 1));
+        st_http_reply_problem(req, 409, "instance_definition_mismatch", msg, "/instance", NULL);
+    } else if ((canonical = json_loads(PQgetvalue(res, 0, 0), 0, &jerr)) == NULL) {
+        st_http_reply_problem(req, 500, "internal", "the stored definition is not JSON", NULL, NULL);
+    } else {
+        if (ires != NULL) {
+            snapshot = PQgetisnull(ires, 0, 2) ? json_object() : json_loads(PQgetvalue(ires, 0, 2), 0, &jerr);
+            done_tasks = json_loads(PQgetvalue(ires, 0, 3), 0, &jerr);
+            if (snapshot == NULL)
+                snapshot = json_object();
+        }
+        char *dot = NULL, *svg = NULL;
+        size_t len = 0;
+        err = st_diagram_dot(canonical, snapshot, done_tasks, &dot, &eb);
+        if (err == ST_OK)
+            err = st_diagram_svg(dot, &svg, &len, &eb);
+        if (err == ST_ERR_INVALID)
+            st_http_reply_problem(req, 422, "diagram_unavailable", eb.msg, NULL, NULL);
+        else if (err != ST_OK)
+            st_api_reply_error(req, err, &eb);
+        else
+            st_http_reply_text(req, 200, "image/svg+xml", svg);
+        st_diagram_free(svg);
+        free(dot);
+    }
+    json_decref(canonical);
+    json_decref(snapshot);
+    json_decref(done_tasks);
+    PQclear(res);
+    PQclear(ires);
+}
+
 void st_api_definitions_register(st_api_t *api)
 {
     st_http_route(api->svc->http, "POST", "/v1/definitions", handle_import, api);
@@ -217,4 +309,7 @@ void st_api_definitions_register(st_api_t *api)
     st_http_route(api->svc->http, "GET", "/v1/definitions", handle_list, api);
     st_http_route(api->svc->http, "GET", "/v1/definitions/{name}", handle_get, api);
     st_http_route(api->svc->http, "GET", "/v1/definitions/{name}/{version}", handle_get, api);
+    st_http_route(api->svc->http, "GET", "/v1/definitions/{name}/{version}/diagram.svg",
+                  handle_diagram, api);
+    st_http_route(api->svc->http, "GET", "/v1/schema/definition", handle_schema, api);
 }
