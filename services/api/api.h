@@ -67,6 +67,10 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *id, con
                     st_answer_t *out);
 void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                 st_answer_t *out);
+/* Admin only: purges instances ended before the cutoff and resolved dead letters
+ * (retention.c). */
+void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *id,
+                          const json_t *args, st_answer_t *out);
 
 /* ---- HTTP (main.c) ------------------------------------------------------------------ */
 
@@ -118,6 +122,7 @@ void st_api_tasks_register(st_api_t *api);
 void st_api_acks_register(st_api_t *api);
 void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
+void st_api_retention_register(st_api_t *api);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

@@ -42,6 +42,8 @@ static const char *const sql_instance_list =
     "   AND ($2::text IS NULL OR status = $2)"
     "   AND ($3::text IS NULL OR business_ref = $3)"
     "   AND ($4::bigint IS NULL OR (created_at, id) < (to_timestamp($4::bigint / 1000000.0), $5::uuid))"
+    "   AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)"
+    "   AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)"
     " ORDER BY created_at DESC, id DESC LIMIT $6";
 
 #define MAX_PAGE 500
@@ -255,12 +257,39 @@ done:
     free(input_text);
 }
 
+/* A time filter: an ISO 8601 date or timestamp PostgreSQL reads ("2026-11-23",
+ * "2026-11-23T10:00:00Z", "2026-11-23T10:00:00.5+01:00"). */
+static int valid_time(const char *text)
+{
+    int y, mo, d, h = 0, mi = 0, n = 0;
+    size_t len = strlen(text);
+    if (len < 10 || len > 35 || strspn(text, "0123456789-:.TZ+ ") != len)
+        return 0;
+    if (sscanf(text, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10 || y < 1 || mo < 1 ||
+        mo > 12 || d < 1 || d > 31)
+        return 0;
+    if (len > 10 && (sscanf(text + 11, "%2d:%2d", &h, &mi) != 2 || (text[10] != 'T' && text[10] != ' ') ||
+                     h > 23 || mi > 59))
+        return 0;
+    return 1;
+}
+
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     st_answer_t answer = {0};
     int limit = st_api_page_limit(req, 50, MAX_PAGE, &answer);
     if (limit == 0) {
+        st_api_reply(req, &answer);
+        return;
+    }
+    const char *after = st_http_query(req, "created_after");
+    const char *before = st_http_query(req, "created_before");
+    if ((after && !valid_time(after)) || (before && !valid_time(before))) {
+        st_answer_problem(&answer, 400, "invalid_time",
+                          "created_after and created_before must be ISO 8601 timestamps"
+                          " (2026-11-23 or 2026-11-23T10:00:00Z)",
+                          after && !valid_time(after) ? "/created_after" : "/created_before", NULL);
         st_api_reply(req, &answer);
         return;
     }
@@ -287,10 +316,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
     snprintf(limit_param, sizeof limit_param, "%d", limit);
     const char *params[] = {st_http_query(req, "definition"), st_http_query(req, "status"),
                             st_http_query(req, "business_ref"),
-                            cursor ? cursor_ts : NULL, cursor ? cursor_id : NULL, limit_param};
+                            cursor ? cursor_ts : NULL, cursor ? cursor_id : NULL, limit_param,
+                            after, before};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_instance_list, 6, params, &res, &eb);
+    st_err_t err = st_pg_exec(conn, sql_instance_list, 8, params, &res, &eb);
     if (err != ST_OK) {
         st_answer_error(&answer, err, &eb);
         st_api_reply(req, &answer);
