@@ -10,6 +10,7 @@
 
 #include "api.h"
 #include "diagram.h"
+#include "result_schema.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/util.h"
@@ -53,11 +54,57 @@ static st_err_t store_blueprint_tx(PGconn *conn, const char *name, const char *v
     return err;
 }
 
+/* Appends a problem for every task step whose result_schema is not a schema of the
+ * supported subset (result_schema.h), walking the document below `pointer`. */
+static void check_result_schemas(const json_t *v, const char *pointer, int depth, json_t *problems)
+{
+    if (depth > 200 || json_array_size(problems) > 100)
+        return;
+    char p[700];
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item) {
+            snprintf(p, sizeof p, "%.600s/%zu", pointer, i);
+            check_result_schemas(item, p, depth + 1, problems);
+        }
+        return;
+    }
+    if (!json_is_object(v))
+        return;
+    const json_t *schema = json_object_get(v, "result_schema");
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (schema != NULL && type != NULL && strcmp(type, "task") == 0) {
+        char where[300], msg[300];
+        if (!st_schema_check(schema, where, sizeof where, msg, sizeof msg)) {
+            snprintf(p, sizeof p, "%.300s/result_schema%s", pointer, where);
+            json_array_append_new(problems, json_pack("{s:s, s:s}", "pointer", p, "message", msg));
+        }
+    }
+    const char *key;
+    json_t *item;
+    json_object_foreach((json_t *)v, key, item) {
+        if (strcmp(key, "result_schema") == 0 || strchr(key, '/') || strchr(key, '~'))
+            continue;
+        snprintf(p, sizeof p, "%.500s/%.100s", pointer, key);
+        check_result_schemas(item, p, depth + 1, problems);
+    }
+}
+
 /* Compiles the body; answers 422 with every problem on failure. */
 static st_defn_t *compile_or_reply(st_http_req_t *req, json_t *doc)
 {
     st_defn_t *defn = NULL;
     json_t *problems = NULL;
+    json_t *schema_problems = json_array();
+    check_result_schemas(doc, "", 0, schema_problems);
+    if (json_array_size(schema_problems) > 0) {
+        st_http_reply_problem(req, 422, "invalid_definition",
+                              "the definition is not valid; see problems", "",
+                              json_pack("{s:o}", "problems", schema_problems));
+        return NULL;
+    }
+    json_decref(schema_problems);
     if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
         st_http_reply_problem(req, 422, "invalid_definition",
                               "the definition is not valid; see problems", "",

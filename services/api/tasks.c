@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "result_schema.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
@@ -35,6 +36,17 @@ static const char *const sql_task_lock =
 static const char *const sql_task_update =
     "UPDATE strand.tasks SET status = $2, assignee = $3,"
     " completed_at = CASE WHEN $2 = 'completed' THEN now() END WHERE id = $1::uuid";
+/* The result_schema of the task step the task's instance waits in (the snapshot
+ * thread whose wait carries the task's token), or no row. */
+static const char *const sql_task_result_schema =
+    "SELECT (d.canonical #> string_to_array(ltrim(th->'wait'->>'step', '/'), '/'))"
+    "        -> 'result_schema'"
+    " FROM strand.tasks t"
+    " JOIN strand.instances i ON i.id = t.instance_id"
+    " JOIN strand.definitions d ON d.name = i.definition_name AND d.version = i.definition_version"
+    " JOIN strand.runtime_states rs ON rs.instance_id = t.instance_id,"
+    " jsonb_array_elements(coalesce(rs.snapshot->'threads', '[]')) th"
+    " WHERE t.id = $1::uuid AND th->'wait'->>'token' = t.waiting_token LIMIT 1";
 static const char *const sql_task_event =
     "INSERT INTO strand.task_events (task_id, kind, actor, detail)"
     " VALUES ($1::uuid, $2, $3, $4::jsonb)";
@@ -210,6 +222,30 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
         snprintf(msg, sizeof msg, "the task is %s; this action is not allowed now", status);
         st_answer_problem(out, 409, "task_state", msg, NULL, NULL);
         goto done;
+    }
+    if (action == TASK_COMPLETE) {
+        /* Payload validation: the result must match the step's result_schema. */
+        PGresult *sres = NULL;
+        if ((err = st_pg_exec(conn, sql_task_result_schema, 1, lock_params, &sres, &eb)) != ST_OK)
+            goto done;
+        json_t *schema = NULL;
+        if (PQntuples(sres) == 1 && !PQgetisnull(sres, 0, 0))
+            schema = json_loads(PQgetvalue(sres, 0, 0), JSON_DECODE_ANY, &jerr);
+        PQclear(sres);
+        json_t *empty = json_object();
+        char where[512], why[300];
+        int ok = schema == NULL ||
+                 st_schema_validate(schema, result ? result : empty, "/result", where, sizeof where,
+                                    why, sizeof why);
+        json_decref(schema);
+        json_decref(empty);
+        if (!ok) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "the result does not match the task's result_schema: %.120s %.200s",
+                     where, why);
+            st_answer_problem(out, 422, "invalid_result", msg, where, NULL);
+            goto done;
+        }
     }
     static const char *const new_status[] = {"assigned", "open", "completed"};
     static const char *const event_kind[] = {"assigned", "released", "completed"};
