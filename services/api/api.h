@@ -92,6 +92,13 @@ struct st_api {
     int nroutes;
 };
 
+/* The request time limit (STRAND_API_REQUEST_TIMEOUT_MS, default 10000): every
+ * statement of an API or ingress connection is cancelled past it, and the request
+ * answers 503 request_timeout. */
+extern int st_api_request_timeout_ms;
+/* Applies the session settings (statement_timeout) to a new connection. */
+st_err_t st_api_session_setup(PGconn *conn, st_errbuf_t *eb);
+
 /* Returns the HTTP thread's live connection, reconnecting if needed; on failure sets a
  * 503 answer and returns NULL. */
 PGconn *st_api_conn(st_api_t *api, st_answer_t *out);

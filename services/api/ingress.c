@@ -53,7 +53,8 @@ static int ensure_pg(st_ingress_t *ing)
         PQfinish(ing->conn);
     ing->conn = NULL;
     st_errbuf_t eb;
-    int ok = st_pg_connect(ing->svc->cfg.pg_dsn, "strand-ingress", &ing->conn, &eb) == ST_OK;
+    int ok = st_pg_connect(ing->svc->cfg.pg_dsn, "strand-ingress", &ing->conn, &eb) == ST_OK &&
+             st_api_session_setup(ing->conn, &eb) == ST_OK;
     __atomic_store_n(&ing->pg_up, ok, __ATOMIC_RELEASE);
     if (!ok)
         st_log_warn("ingress could not connect to PostgreSQL", "%s", eb.msg);

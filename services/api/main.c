@@ -34,8 +34,43 @@ void st_answer_problem(st_answer_t *a, int status, const char *code, const char 
     st_answer_set(a, status, body);
 }
 
+int st_api_request_timeout_ms = 10000;
+
+st_err_t st_api_session_setup(PGconn *conn, st_errbuf_t *eb)
+{
+    char sql[80];
+    snprintf(sql, sizeof sql, "SET statement_timeout = %d", st_api_request_timeout_ms);
+    return st_pg_exec(conn, sql, 0, NULL, NULL, eb);
+}
+
+/* STRAND_API_REQUEST_TIMEOUT_MS: 100 to 600000, default 10000. */
+static int read_request_timeout(void)
+{
+    const char *text = getenv("STRAND_API_REQUEST_TIMEOUT_MS");
+    if (text == NULL || text[0] == '\0')
+        return 1;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (*end != '\0' || v < 100 || v > 600000) {
+        st_log_error("invalid configuration",
+                     "STRAND_API_REQUEST_TIMEOUT_MS must be an integer from 100 to 600000, got \"%s\"",
+                     text);
+        return 0;
+    }
+    st_api_request_timeout_ms = (int)v;
+    return 1;
+}
+
 void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb)
 {
+    if (strstr(eb->msg, "statement timeout") != NULL) {
+        st_log_warn("request exceeded the time limit", "%s", eb->msg);
+        char msg[160];
+        snprintf(msg, sizeof msg, "the request took longer than the limit of %d ms; retry later",
+                 st_api_request_timeout_ms);
+        st_answer_problem(a, 503, "request_timeout", msg, NULL, NULL);
+        return;
+    }
     if (st_err_retryable(err)) {
         st_log_warn("request failed on a transient error", "%s: %s", st_err_name(err), eb->msg);
         st_answer_problem(a, 503, "unavailable", "a dependency is unavailable; retry later",
@@ -60,7 +95,11 @@ PGconn *st_api_conn(st_api_t *api, st_answer_t *out)
         PQfinish(api->conn);
     api->conn = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(api->svc->cfg.pg_dsn, "strand-api", &api->conn, &eb) != ST_OK) {
+    if (st_pg_connect(api->svc->cfg.pg_dsn, "strand-api", &api->conn, &eb) != ST_OK ||
+        st_api_session_setup(api->conn, &eb) != ST_OK) {
+        if (api->conn != NULL)
+            PQfinish(api->conn);
+        api->conn = NULL;
         st_log_warn("api could not connect to PostgreSQL", "%s", eb.msg);
         st_answer_problem(out, 503, "database_unavailable",
                           "the database is unavailable; retry later", NULL, NULL);
@@ -221,6 +260,8 @@ int main(int argc, char **argv)
     }
     st_service_t svc;
     st_errbuf_t eb;
+    if (!read_request_timeout())
+        return 2;
     if (st_service_init(&svc, "api", 8080, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
         return 1;
@@ -240,7 +281,8 @@ int main(int argc, char **argv)
         st_log_write(ST_LOG_WARN, "authentication is off: every caller is an admin",
                      "set STRAND_AUTH_FILE to a token file (docs/api.md)", NULL);
     st_http_set_guard(svc.http, authenticate, &api);
-    if (st_pg_connect(svc.cfg.pg_dsn, "strand-api", &api.conn, &eb) != ST_OK)
+    if (st_pg_connect(svc.cfg.pg_dsn, "strand-api", &api.conn, &eb) != ST_OK ||
+        st_api_session_setup(api.conn, &eb) != ST_OK)
         st_log_warn("api could not connect to PostgreSQL yet", "%s", eb.msg);
     st_relay_t *relay = NULL;
     if (st_relay_start(&svc.cfg, &relay, &eb) != ST_OK) {
