@@ -2,11 +2,14 @@
 #include "strand/kafka.h"
 
 #include <ctype.h>
+#include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "strand/log.h"
+#include "strand/metrics.h"
 
 extern char **environ;
 
@@ -81,6 +84,79 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
     return ST_OK;
 }
 
+/* Consumer lag: librdkafka's statistics (every statistics.interval.ms, served by the
+ * consumer's own poll) carry consumer_lag per assigned partition; the sum per topic is
+ * the gauge strand_kafka_consumer_lag_messages{group,topic}. The group of each consumer
+ * handle is kept in a small table, as the statistics JSON does not name it. */
+#define LAG_MAX_CONSUMERS 16
+static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const rd_kafka_t *rk;
+    char group[128];
+} lag_groups[LAG_MAX_CONSUMERS];
+
+static const char *const LAG_HELP =
+    "Messages not yet consumed by the group, summed over the assigned partitions";
+
+/* Handles are not forgotten when destroyed (that happens in the services' own close
+ * paths); a reused address overwrites its slot, and a full table reuses the oldest. */
+static void lag_remember(const rd_kafka_t *rk, const char *group)
+{
+    static int next;
+    pthread_mutex_lock(&lag_mu);
+    int slot = -1;
+    for (int i = 0; i < LAG_MAX_CONSUMERS && slot < 0; i++)
+        if (lag_groups[i].rk == NULL || lag_groups[i].rk == rk)
+            slot = i;
+    if (slot < 0)
+        slot = next++ % LAG_MAX_CONSUMERS;
+    lag_groups[slot].rk = rk;
+    snprintf(lag_groups[slot].group, sizeof lag_groups[slot].group, "%s", group);
+    pthread_mutex_unlock(&lag_mu);
+}
+
+static void lag_forget(const rd_kafka_t *rk)
+{
+    pthread_mutex_lock(&lag_mu);
+    for (int i = 0; i < LAG_MAX_CONSUMERS; i++)
+        if (lag_groups[i].rk == rk)
+            lag_groups[i].rk = NULL;
+    pthread_mutex_unlock(&lag_mu);
+}
+
+static st_metric_t *lag_gauge(const char *group, const char *topic)
+{
+    char labels[512];
+    snprintf(labels, sizeof labels, "group=\"%s\",topic=\"%s\"", group, topic);
+    return st_metrics_gauge("strand_kafka_consumer_lag_messages", LAG_HELP, labels);
+}
+
+static int on_stats(rd_kafka_t *rk, char *text, size_t len, void *opaque)
+{
+    char group[128] = "";
+    pthread_mutex_lock(&lag_mu);
+    for (int i = 0; i < LAG_MAX_CONSUMERS; i++)
+        if (lag_groups[i].rk == rk)
+            snprintf(group, sizeof group, "%s", lag_groups[i].group);
+    pthread_mutex_unlock(&lag_mu);
+    json_t *stats = group[0] != '\0' ? json_loadb(text, len, 0, NULL) : NULL;
+    const char *topic;
+    json_t *t;
+    json_object_foreach(json_object_get(stats, "topics"), topic, t) {
+        double lag = 0;
+        const char *part;
+        json_t *p;
+        json_object_foreach(json_object_get(t, "partitions"), part, p) {
+            json_int_t n = json_integer_value(json_object_get(p, "consumer_lag"));
+            if (strcmp(part, "-1") != 0 && n > 0)
+                lag += (double)n;
+        }
+        st_metric_set(lag_gauge(group, topic), lag);
+    }
+    json_decref(stats);
+    return 0; /* librdkafka frees `text` */
+}
+
 st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
                                const char *const *topics, const st_kafka_consumer_opts_t *opts,
                                rd_kafka_t **out, st_errbuf_t *eb)
@@ -100,6 +176,12 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         rd_kafka_conf_destroy(conf);
         return err;
     }
+    if (getenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS") == NULL &&
+        (err = conf_set(conf, "statistics.interval.ms", "5000", eb)) != ST_OK) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
     if (opts != NULL) {
         if (opts->on_rebalance != NULL)
             rd_kafka_conf_set_rebalance_cb(conf, opts->on_rebalance);
@@ -112,6 +194,7 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         return st_err_set(eb, ST_ERR_KAFKA, "could not create Kafka consumer: %s", errstr);
     }
     rd_kafka_poll_set_consumer(rk);
+    lag_remember(rk, group);
     int count = 0;
     while (topics[count] != NULL)
         count++;
@@ -121,10 +204,12 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         rd_kafka_topic_partition_list_add(subs, st_config_topic(cfg, topics[i], name,
                                                                 sizeof name),
                                           RD_KAFKA_PARTITION_UA);
+        lag_gauge(group, name); /* the series exists from the start, at 0 */
     }
     rd_kafka_resp_err_t rerr = rd_kafka_subscribe(rk, subs);
     rd_kafka_topic_partition_list_destroy(subs);
     if (rerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        lag_forget(rk);
         rd_kafka_destroy(rk);
         return st_err_set(eb, ST_ERR_KAFKA, "could not subscribe: %s", rd_kafka_err2str(rerr));
     }

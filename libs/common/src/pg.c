@@ -1,11 +1,14 @@
 /* pg.c - PostgreSQL adapter (see pg.h). */
 #include "strand/pg.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "strand/log.h"
+#include "strand/metrics.h"
 
 /* Arbitrary constant: the advisory lock key that serialises migrations. */
 #define MIGRATION_LOCK_KEY "7306531"
@@ -76,18 +79,70 @@ st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *cons
     return st_pg_exec_bin(conn, sql, nparams, params, NULL, NULL, res, eb);
 }
 
+/* Transaction metrics: a thread runs one transaction at a time on a connection, so
+ * the start of the open transaction is kept per thread, tagged with its connection. */
+static __thread PGconn *tx_conn;
+static __thread double tx_started;
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static st_metric_t *tx_duration, *tx_commits, *tx_rollbacks, *tx_failures;
+static pthread_once_t tx_metrics_once = PTHREAD_ONCE_INIT;
+
+static void tx_metrics_init(void)
+{
+    const char *help = "Transactions ended, by outcome";
+    tx_duration = st_metrics_histogram("strand_pg_transaction_duration_seconds",
+                                       "PostgreSQL transaction time, BEGIN to COMMIT", NULL);
+    tx_commits = st_metrics_counter("strand_pg_transactions_total", help, "outcome=\"commit\"");
+    tx_rollbacks = st_metrics_counter("strand_pg_transactions_total", help,
+                                      "outcome=\"rollback\"");
+    tx_failures = st_metrics_counter("strand_pg_transactions_total", help,
+                                     "outcome=\"commit_failed\"");
+}
+
+/* Records the end of the transaction begun on `conn` by this thread, if any. */
+static void tx_end(PGconn *conn, const char *outcome)
+{
+    pthread_once(&tx_metrics_once, tx_metrics_init);
+    if (tx_conn != conn)
+        return;
+    tx_conn = NULL;
+    if (strcmp(outcome, "commit") == 0) {
+        st_metric_observe(tx_duration, monotonic_s() - tx_started);
+        st_metric_inc(tx_commits);
+    } else if (strcmp(outcome, "rollback") == 0) {
+        st_metric_inc(tx_rollbacks);
+    } else {
+        st_metric_inc(tx_failures);
+    }
+}
+
 st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb)
 {
-    return st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
+    st_err_t err = st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
+    if (err == ST_OK) {
+        tx_conn = conn;
+        tx_started = monotonic_s();
+    }
+    return err;
 }
 
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb)
 {
-    return st_pg_exec(conn, "COMMIT", 0, NULL, NULL, eb);
+    st_err_t err = st_pg_exec(conn, "COMMIT", 0, NULL, NULL, eb);
+    tx_end(conn, err == ST_OK ? "commit" : "commit_failed");
+    return err;
 }
 
 void st_pg_rollback(PGconn *conn)
 {
+    tx_end(conn, "rollback");
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         PGresult *r = PQexec(conn, "ROLLBACK");
         PQclear(r);

@@ -87,6 +87,10 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
     if (err != ST_OK)
         return err;
     add_public_routes(svc);
+    /* Created here rather than on first use, so that dashboards and alert rules see a
+     * 0 instead of no series (the help text matches notice.c's). */
+    st_metrics_counter("strand_dead_letters_total", "Messages moved to the dead-letter store",
+                       NULL);
     int sigs[2] = {SIGTERM, SIGINT};
     for (int i = 0; i < 2; i++) {
         struct event *ev = evsignal_new(svc->base, sigs[i], on_stop_signal, svc);
