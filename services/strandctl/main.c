@@ -40,10 +40,10 @@ static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-/* Performs one request; returns the HTTP status (or -1 if unreachable) and the
- * parsed body in *out (caller decrefs; may be NULL for a non-JSON body). */
-static long request(const ctl_t *ctl, const char *method, const char *path, const char *body,
-                    json_t **out)
+/* Performs one request; returns the HTTP status (or -1 if unreachable) and the raw
+ * body in *raw (caller frees; NULL when empty). */
+static long request_raw(const ctl_t *ctl, const char *method, const char *path,
+                        const char *body, char **raw)
 {
     CURL *curl = curl_easy_init();
     char url[2048];
@@ -72,10 +72,44 @@ static long request(const ctl_t *ctl, const char *method, const char *path, cons
         fprintf(stderr, "strandctl: could not reach %s: %s\n", url, curl_easy_strerror(rc));
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
-    json_error_t jerr;
-    *out = buf.data ? json_loads(buf.data, JSON_DECODE_ANY, &jerr) : NULL;
-    free(buf.data);
+    *raw = buf.data;
     return status;
+}
+
+/* Performs one request; returns the HTTP status (or -1 if unreachable) and the
+ * parsed body in *out (caller decrefs; may be NULL for a non-JSON body). */
+static long request(const ctl_t *ctl, const char *method, const char *path, const char *body,
+                    json_t **out)
+{
+    char *raw = NULL;
+    long status = request_raw(ctl, method, path, body, &raw);
+    json_error_t jerr;
+    *out = raw ? json_loads(raw, JSON_DECODE_ANY, &jerr) : NULL;
+    free(raw);
+    return status;
+}
+
+static void print_problem(const json_t *body, long status);
+
+/* GETs a non-JSON document (SVG, metrics) and writes it to stdout as it is. */
+static int run_raw(const ctl_t *ctl, const char *path)
+{
+    char *raw = NULL;
+    long status = request_raw(ctl, "GET", path, NULL, &raw);
+    int rc = status < 0 ? 3 : (status >= 200 && status < 300) ? 0 : 1;
+    if (rc == 0 && raw != NULL) {
+        fputs(raw, stdout);
+    } else if (rc == 1) {
+        json_error_t jerr;
+        json_t *problem = raw ? json_loads(raw, 0, &jerr) : NULL;
+        if (ctl->json_output && raw != NULL)
+            puts(raw);
+        else
+            print_problem(problem, status);
+        json_decref(problem);
+    }
+    free(raw);
+    return rc;
 }
 
 static void print_problem(const json_t *body, long status)
@@ -179,11 +213,15 @@ static void usage(void)
           "  definitions validate FILE|-     validate without importing\n"
           "  definitions list\n"
           "  definitions get NAME [VERSION]\n"
+          "  definitions diagram NAME VERSION [--instance ID]   SVG on stdout\n"
+          "  definitions schema              the JSON Schema of definition documents\n"
           "  instances start DEFINITION [--version N] [--input JSON] [--business-ref R]\n"
           "                  [--request-id ID]\n"
           "  instances get ID\n"
           "  instances list [--definition D] [--status S] [--business-ref R] [--limit N]\n"
-          "                 [--cursor C]\n"
+          "                 [--created-after T] [--created-before T] [--cursor C]\n"
+          "  instances history ID [--after ENTRY] [--limit N]\n"
+          "  instances runtime ID            why it waits: snapshot, tasks, calls, ACKs\n"
           "  instances wait ID [--timeout SECONDS]   wait until the instance ends\n"
           "  instances signal ID NAME [--payload JSON] [--request-id ID]\n"
           "  instances cancel ID [--reason TEXT]\n"
@@ -201,7 +239,13 @@ static void usage(void)
           "  dead-letters get ID\n"
           "  dead-letters replay ID          (admin)\n"
           "  dead-letters discard ID         (admin)\n"
+          "  triggers send DEFINITION EXTERNAL_REF EVENT --request-id ID [--actor A]\n"
+          "                [--payload JSON] [--version N]   (lifecycles)\n"
+          "  retention run (--older-than-days N | --older-than-s N) [--limit N] [--dry-run true]\n"
+          "                                  (admin)\n"
           "  health                          the API's readiness\n"
+          "  metrics                         the API's Prometheus metrics\n"
+          "  openapi                         the API's OpenAPI document\n"
           "Environment: STRAND_API_URL (default http://127.0.0.1:8080), STRAND_API_TOKEN.\n",
           stderr);
 }
@@ -325,6 +369,22 @@ static int wait_instance(const ctl_t *ctl, const char *id, const char *timeout)
     }
 }
 
+static void human_history(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item) {
+        char *detail = json_dumps(json_object_get(item, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+        printf("%-6lld  %-30s  %-16s  %s\n", (long long)json_integer_value(json_object_get(item, "id")),
+               json_string_value(json_object_get(item, "at")),
+               json_string_value(json_object_get(item, "kind")), detail ? detail : "");
+        free(detail);
+    }
+    const char *next = json_string_value(json_object_get(answer, "next_after"));
+    if (next != NULL)
+        printf("(more: --after %s)\n", next);
+}
+
 static int cmd_instances(const ctl_t *ctl, const args_t *a)
 {
     const char *sub = a->npos > 0 ? a->pos[0] : "";
@@ -348,10 +408,21 @@ static int cmd_instances(const ctl_t *ctl, const args_t *a)
     if (strcmp(sub, "list") == 0 && a->npos == 1) {
         static const char *const keys[] = {"definition", "definition", "status", "status",
                                            "business-ref", "business_ref", "limit", "limit",
-                                           "cursor", "cursor", NULL};
+                                           "created-after", "created_after", "created-before",
+                                           "created_before", "cursor", "cursor", NULL};
         query_from_opts(a, keys, query, sizeof query);
         snprintf(path, sizeof path, "/v1/instances%s", query);
         return run(ctl, "GET", path, NULL, human_list);
+    }
+    if (strcmp(sub, "history") == 0 && a->npos == 2) {
+        static const char *const keys[] = {"after", "after", "limit", "limit", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/instances/%s/history%s", a->pos[1], query);
+        return run(ctl, "GET", path, NULL, human_history);
+    }
+    if (strcmp(sub, "runtime") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/instances/%s/runtime", a->pos[1]);
+        return run(ctl, "GET", path, NULL, print_object);
     }
     if (strcmp(sub, "wait") == 0 && a->npos == 2)
         return wait_instance(ctl, a->pos[1], opt(a, "timeout") ? opt(a, "timeout") : "60");
@@ -509,6 +580,19 @@ static int cmd_definitions(const ctl_t *ctl, const args_t *a)
     }
     if (a->npos == 1 && strcmp(sub, "list") == 0)
         return run(ctl, "GET", "/v1/definitions", NULL, human_list);
+    if (a->npos == 1 && strcmp(sub, "schema") == 0)
+        return run(ctl, "GET", "/v1/schema/definition", NULL, print_object);
+    if (a->npos == 3 && strcmp(sub, "diagram") == 0) {
+        CURL *curl = curl_easy_init();
+        char *name = curl_easy_escape(curl, a->pos[1], 0);
+        char *inst = opt(a, "instance") ? curl_easy_escape(curl, opt(a, "instance"), 0) : NULL;
+        snprintf(path, sizeof path, "/v1/definitions/%s/%s/diagram.svg%s%s", name, a->pos[2],
+                 inst ? "?instance=" : "", inst ? inst : "");
+        curl_free(name);
+        curl_free(inst);
+        curl_easy_cleanup(curl);
+        return run_raw(ctl, path);
+    }
     if ((a->npos == 2 || a->npos == 3) && strcmp(sub, "get") == 0) {
         CURL *curl = curl_easy_init();
         char *name = curl_easy_escape(curl, a->pos[1], 0);
@@ -519,6 +603,55 @@ static int cmd_definitions(const ctl_t *ctl, const args_t *a)
         curl_free(name);
         curl_easy_cleanup(curl);
         return run(ctl, "GET", path, NULL, print_object);
+    }
+    usage();
+    return 2;
+}
+
+static int cmd_triggers(const ctl_t *ctl, const args_t *a)
+{
+    if (a->npos == 4 && strcmp(a->pos[0], "send") == 0 && opt(a, "request-id")) {
+        json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "definition", a->pos[1], "external_ref",
+                                 a->pos[2], "event", a->pos[3], "request_id", opt(a, "request-id"));
+        if (opt(a, "version"))
+            json_object_set_new(body, "version", json_integer(atoll(opt(a, "version"))));
+        if (!copy_opt(a, "actor", body, "actor", 0) || !copy_opt(a, "payload", body, "payload", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/triggers", body, print_object);
+    }
+    usage();
+    return 2;
+}
+
+/* An integer option as a JSON integer; returns 0 (after a message) if it is not one. */
+static int int_opt(const args_t *a, const char *key, json_t *body, const char *field)
+{
+    const char *value = opt(a, key);
+    if (value == NULL)
+        return 1;
+    char *end = NULL;
+    long long v = strtoll(value, &end, 10);
+    if (*value == '\0' || *end != '\0') {
+        fprintf(stderr, "strandctl: --%s must be an integer\n", key);
+        return 0;
+    }
+    json_object_set_new(body, field, json_integer(v));
+    return 1;
+}
+
+static int cmd_retention(const ctl_t *ctl, const args_t *a)
+{
+    if (a->npos == 1 && strcmp(a->pos[0], "run") == 0) {
+        json_t *body = json_object();
+        if (!int_opt(a, "older-than-days", body, "older_than_days") ||
+            !int_opt(a, "older-than-s", body, "older_than_s") || !int_opt(a, "limit", body, "limit") ||
+            !copy_opt(a, "dry-run", body, "dry_run", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/retention/run", body, print_object);
     }
     usage();
     return 2;
@@ -563,8 +696,16 @@ int main(int argc, char **argv)
         rc = cmd_acks(&ctl, &a);
     else if (strcmp(group, "dead-letters") == 0)
         rc = cmd_dead_letters(&ctl, &a);
+    else if (strcmp(group, "triggers") == 0)
+        rc = cmd_triggers(&ctl, &a);
+    else if (strcmp(group, "retention") == 0)
+        rc = cmd_retention(&ctl, &a);
     else if (strcmp(group, "health") == 0)
         rc = run(&ctl, "GET", "/readyz", NULL, print_object);
+    else if (strcmp(group, "metrics") == 0)
+        rc = run_raw(&ctl, "/metrics");
+    else if (strcmp(group, "openapi") == 0)
+        rc = run(&ctl, "GET", "/v1/openapi.json", NULL, print_object);
     else
         usage();
     json_decref(a.opts);
