@@ -8,6 +8,7 @@
 #include "diagram.h"
 
 #include <gvc.h>
+#include <gvplugin.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -515,6 +516,18 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
 static pthread_mutex_t gv_lock = PTHREAD_MUTEX_INITIALIZER;
 static GVC_t *gv_context;   /* created once, kept for the process's life */
 
+/* Only the two plugins a diagram needs, linked in: the dot layout and the core
+ * renderers (SVG). Without demand loading Graphviz reads no plugin configuration and
+ * loads no text-layout plugin (fontconfig): label widths are estimated from built-in
+ * font metrics, which is enough for boxes around ids. */
+extern gvplugin_library_t gvplugin_dot_layout_LTX_library;
+extern gvplugin_library_t gvplugin_core_LTX_library;
+static const lt_symlist_t diagram_plugins[] = {
+    {"gvplugin_dot_layout_LTX_library", &gvplugin_dot_layout_LTX_library},
+    {"gvplugin_core_LTX_library", &gvplugin_core_LTX_library},
+    {0, 0},
+};
+
 st_err_t st_diagram_svg(const char *dot, char **svg, size_t *len, st_errbuf_t *eb)
 {
     *svg = NULL;
@@ -522,7 +535,7 @@ st_err_t st_diagram_svg(const char *dot, char **svg, size_t *len, st_errbuf_t *e
     pthread_mutex_lock(&gv_lock);
     if (gv_context == NULL) {
         agseterr(AGMAX);   /* errors come back as return codes, not stderr lines */
-        gv_context = gvContext();
+        gv_context = gvContextPlugins(diagram_plugins, 0);
     }
     st_err_t err = ST_OK;
     Agraph_t *g = gv_context ? agmemread(dot) : NULL;
