@@ -329,11 +329,11 @@ static void flow_overlay(dot_t *d, const json_t *canonical, const json_t *snapsh
     json_decref(stack);
 }
 
-static void draw_flow(dot_t *d, const json_t *canonical, const json_t *snapshot)
+static void draw_flow(dot_t *d, const json_t *canonical, const json_t *snapshot, int overlay)
 {
     const char *status = str(snapshot, "status");
     int ended = status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0);
-    if (snapshot != NULL)
+    if (overlay)
         json_object_set_new(d->visited, "start", json_true());
     if (ended)
         json_object_set_new(d->visited, "end", json_true());
@@ -488,7 +488,7 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
     if (strcmp(kind, "flow") == 0) {
         if (snapshot || done_tasks)
             flow_overlay(&d, canonical, snapshot, done_tasks);
-        draw_flow(&d, canonical, snapshot ? snapshot : done_tasks ? json_object() : NULL);
+        draw_flow(&d, canonical, snapshot, snapshot != NULL || done_tasks != NULL);
     } else if (strcmp(kind, "lifecycle") == 0) {
         draw_lifecycle(&d, canonical, snapshot);
     } else if (strcmp(kind, "process") == 0) {
