@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""The project's own rules for deploy/, on top of the schema validation that
+scripts/check_deploy.sh does (which runs this with --rendered DIR --repo REPO):
+
+- every rendered Deployment: readiness probe on /readyz and liveness probe on /healthz
+  at the container's port, CPU and memory requests and limits, runAsNonRoot with a
+  numeric non-zero user, no privilege escalation, read-only root, ALL capabilities
+  dropped, a binary the image installs, and a PodDisruptionBudget selecting it;
+- the executor has an autoscaling/v2 HPA on CPU (or, with the KEDA component, a
+  ScaledObject instead and no HPA); Jobs run strand-admin migrate / create-topics;
+- the KEDA ScaledObject (a CRD, no bundled schema) has the fields KEDA needs;
+- Dockerfile: multi-stage, Debian slim runtime, numeric non-root USER, every binary
+  the manifests run is installed by the build (an install(TARGETS) in CMake);
+- the Grafana dashboard is JSON with unique panel ids and PromQL targets; the alert
+  rules are a Prometheus rule file (the metric names themselves are checked against
+  the running services by tests/integration/test_metrics_exposed.c).
+Exit status 0 when all rules hold, 1 otherwise.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+import yaml
+
+problems = []
+
+
+def problem(where, msg):
+    problems.append(f"{where}: {msg}")
+
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def installed_binaries(repo):
+    """Executables with an install(TARGETS ...) in some CMakeLists.txt."""
+    names = set()
+    for p in glob.glob(os.path.join(repo, "services", "*", "CMakeLists.txt")):
+        with open(p) as f:
+            for m in re.finditer(r"install\(TARGETS\s+([^)]*)\)", f.read()):
+                names.update(m.group(1).split())
+    return names
+
+
+def check_container(where, c, binaries):
+    cmd = c.get("command") or []
+    if not cmd or not cmd[0].startswith("/usr/local/bin/"):
+        problem(where, "command must run a binary from /usr/local/bin")
+    elif os.path.basename(cmd[0]) not in binaries:
+        problem(where, f"{cmd[0]} is not installed by the build (no install(TARGETS))")
+    res = c.get("resources") or {}
+    for kind in ("requests", "limits"):
+        for r in ("cpu", "memory"):
+            if r not in (res.get(kind) or {}):
+                problem(where, f"resources.{kind}.{r} missing")
+    sc = c.get("securityContext") or {}
+    if sc.get("allowPrivilegeEscalation") is not False:
+        problem(where, "allowPrivilegeEscalation must be false")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        problem(where, "readOnlyRootFilesystem must be true")
+    if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+        problem(where, "capabilities must drop ALL")
+
+
+def check_pod_security(where, spec):
+    psc = spec.get("securityContext") or {}
+    if psc.get("runAsNonRoot") is not True:
+        problem(where, "pod securityContext.runAsNonRoot must be true")
+    uid = psc.get("runAsUser")
+    if not isinstance(uid, int) or uid == 0:
+        problem(where, "pod securityContext.runAsUser must be a non-zero number")
+
+
+def check_probe(where, probe, path, ports):
+    get = (probe or {}).get("httpGet") or {}
+    if get.get("path") != path:
+        problem(where, f"probe must GET {path}")
+    if get.get("port") not in ports:
+        problem(where, f"probe port {get.get('port')!r} is not a container port")
+
+
+def check_rendered(name, docs, binaries, keda):
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    jobs = [d for d in docs if d["kind"] == "Job"]
+    scaled = [d for d in docs if d["kind"] == "ScaledObject"]
+    want = {"strand-api", "strand-executor", "strand-scheduler", "strand-monitor"}
+    have = {d["metadata"]["name"] for d in deployments}
+    if have != want:
+        problem(name, f"Deployments {sorted(have)}, want {sorted(want)}")
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    for d in deployments:
+        dn = d["metadata"]["name"]
+        where = f"{name}: Deployment {dn}"
+        spec = d["spec"]["template"]["spec"]
+        labels = d["spec"]["template"]["metadata"].get("labels") or {}
+        check_pod_security(where, spec)
+        for c in spec["containers"]:
+            check_container(f"{where} container {c['name']}", c, binaries)
+            ports = {p.get("name") for p in c.get("ports") or []} | {
+                p.get("containerPort") for p in c.get("ports") or []}
+            check_probe(f"{where} readinessProbe", c.get("readinessProbe"), "/readyz", ports)
+            check_probe(f"{where} livenessProbe", c.get("livenessProbe"), "/healthz", ports)
+        if dn not in services:
+            problem(where, "no Service of the same name")
+        selectors = [p["spec"]["selector"].get("matchLabels") or {} for p in pdbs]
+        if not any(sel and all(labels.get(k) == v for k, v in sel.items())
+                   for sel in selectors):
+            problem(where, "no PodDisruptionBudget selecting its pods")
+    if keda:
+        if hpas:
+            problem(name, "with the KEDA component there must be no HPA (KEDA owns one)")
+        check_scaled_objects(name, scaled, have)
+    else:
+        ex = [h for h in hpas if h["spec"]["scaleTargetRef"].get("name") == "strand-executor"]
+        if len(ex) != 1:
+            problem(name, "want exactly one HPA for strand-executor")
+        for h in ex:
+            if h["apiVersion"] != "autoscaling/v2":
+                problem(name, "the executor HPA must be autoscaling/v2")
+            res = [m for m in h["spec"].get("metrics") or []
+                   if m.get("type") == "Resource" and m["resource"].get("name") == "cpu"]
+            if not res:
+                problem(name, "the executor HPA must scale on CPU")
+            if h["spec"].get("minReplicas", 1) > h["spec"]["maxReplicas"]:
+                problem(name, "HPA minReplicas > maxReplicas")
+    commands = {tuple(j["spec"]["template"]["spec"]["containers"][0].get("command") or [])
+                for j in jobs}
+    for sub in ("migrate", "create-topics"):
+        if not any(c and c[0].endswith("/strand-admin") and c[-1] == sub for c in commands):
+            problem(name, f"no Job runs strand-admin {sub}")
+    for j in jobs:
+        where = f"{name}: Job {j['metadata']['name']}"
+        spec = j["spec"]["template"]["spec"]
+        check_pod_security(where, spec)
+        if spec.get("restartPolicy") not in ("Never", "OnFailure"):
+            problem(where, "restartPolicy must be Never or OnFailure")
+        for c in spec["containers"]:
+            check_container(f"{where} container {c['name']}", c, binaries)
+
+
+def check_scaled_objects(name, scaled, deployments):
+    if len(scaled) != 1:
+        problem(name, f"want one KEDA ScaledObject, found {len(scaled)}")
+        return
+    so = scaled[0]
+    where = f"{name}: ScaledObject {so['metadata'].get('name')}"
+    if so.get("apiVersion") != "keda.sh/v1alpha1":
+        problem(where, "apiVersion must be keda.sh/v1alpha1")
+    spec = so.get("spec") or {}
+    allowed = {"scaleTargetRef", "minReplicaCount", "maxReplicaCount", "pollingInterval",
+               "cooldownPeriod", "idleReplicaCount", "triggers", "advanced", "fallback",
+               "initialCooldownPeriod"}
+    for k in spec:
+        if k not in allowed:
+            problem(where, f"unknown field spec.{k}")
+    if (spec.get("scaleTargetRef") or {}).get("name") not in deployments:
+        problem(where, "scaleTargetRef.name must be a Deployment")
+    for k in ("minReplicaCount", "maxReplicaCount", "pollingInterval", "cooldownPeriod"):
+        if k in spec and (not isinstance(spec[k], int) or spec[k] < 0):
+            problem(where, f"spec.{k} must be a non-negative integer")
+    if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100):
+        problem(where, "minReplicaCount > maxReplicaCount")
+    triggers = spec.get("triggers") or []
+    kafka = [t for t in triggers if t.get("type") == "kafka"]
+    if not kafka:
+        problem(where, "needs a kafka trigger")
+    for t in kafka:
+        md = t.get("metadata") or {}
+        for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
+            if not isinstance(md.get(k), str) or not md.get(k):
+                problem(where, f"kafka trigger metadata.{k} must be a non-empty string")
+        if not str(md.get("lagThreshold", "")).isdigit():
+            problem(where, "lagThreshold must be a number in a string")
+
+
+def check_dockerfile(repo, binaries_run):
+    path = os.path.join(repo, "Dockerfile")
+    where = "Dockerfile"
+    if not os.path.exists(path):
+        problem(where, "missing")
+        return
+    lines, cont = [], ""
+    with open(path) as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not cont and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if line.endswith("\\"):
+                cont += line[:-1] + " "
+                continue
+            lines.append(cont + line)
+            cont = ""
+    known = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT",
+             "VOLUME", "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK",
+             "SHELL"}
+    stages, user_after_last_from, last_from = [], None, None
+    for n, line in enumerate(lines, 1):
+        instr = line.split(None, 1)[0].upper()
+        if instr not in known:
+            problem(where, f"unknown instruction {instr!r} in: {line[:60]}")
+        if instr == "FROM":
+            stages.append(line)
+            last_from, user_after_last_from = line, None
+        elif instr == "USER":
+            user_after_last_from = line.split(None, 1)[1].strip()
+        elif instr == "COPY" and "--from=" in line:
+            ref = re.search(r"--from=(\S+)", line).group(1)
+            names = [re.search(r"\bAS\s+(\S+)", s, re.I) for s in stages[:-1]]
+            if ref not in {m.group(1) for m in names if m} and not ref.isdigit():
+                problem(where, f"COPY --from={ref}: no earlier stage of that name")
+        if not stages:
+            if instr not in ("ARG",):
+                problem(where, f"{instr} before the first FROM")
+    if len(stages) < 2:
+        problem(where, "must be multi-stage (a build stage and a runtime stage)")
+    if last_from and not re.search(r"\bdebian:[0-9a-z.-]*slim\b", last_from):
+        problem(where, f"the runtime stage must be a Debian slim image: {last_from}")
+    uid = (user_after_last_from or "").split(":")[0]
+    if not uid.isdigit() or int(uid) == 0:
+        problem(where, "the runtime stage needs a numeric non-root USER (runAsNonRoot)")
+    text = "\n".join(lines)
+    if "scripts/build.sh release" not in text:
+        problem(where, "must build with scripts/build.sh release, as CI does")
+    for b in sorted(binaries_run):
+        if b not in installed_binaries(repo):
+            problem(where, f"{b} is run by the manifests but not installed by cmake --install")
+
+
+def check_dashboard(repo):
+    path = os.path.join(repo, "deploy", "grafana", "strand-dashboard.json")
+    try:
+        with open(path) as f:
+            dash = json.load(f)
+    except (OSError, ValueError) as e:
+        problem(path, f"not readable JSON: {e}")
+        return
+    for k in ("title", "uid", "panels", "schemaVersion"):
+        if k not in dash:
+            problem(path, f"missing {k}")
+    ids, exprs = set(), 0
+    for p in dash.get("panels", []):
+        if p.get("id") in ids:
+            problem(path, f"duplicate panel id {p.get('id')}")
+        ids.add(p.get("id"))
+        if p.get("type") == "row":
+            continue
+        targets = p.get("targets") or []
+        if not targets:
+            problem(path, f"panel {p.get('title')!r} has no targets")
+        for t in targets:
+            if not (t.get("expr") or "").strip():
+                problem(path, f"panel {p.get('title')!r} has a target without expr")
+            exprs += 1
+            if t.get("expr", "").count("(") != t.get("expr", "").count(")"):
+                problem(path, f"unbalanced parentheses in {t.get('expr')!r}")
+    if exprs == 0:
+        problem(path, "no PromQL targets")
+
+
+def check_rules(repo):
+    path = os.path.join(repo, "deploy", "prometheus", "strand-alerts.yaml")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        problem(path, f"not readable YAML: {e}")
+        return
+    names = set()
+    for g in (doc or {}).get("groups") or []:
+        for r in g.get("rules") or []:
+            n = r.get("alert")
+            if not n:
+                problem(path, f"rule without alert name: {r}")
+                continue
+            if n in names:
+                problem(path, f"duplicate alert {n}")
+            names.add(n)
+            expr = r.get("expr") or ""
+            if not expr.strip() or expr.count("(") != expr.count(")"):
+                problem(path, f"{n}: empty or unbalanced expr")
+            if "for" in r and not re.fullmatch(r"\d+[smhdwy]", str(r["for"])):
+                problem(path, f"{n}: bad `for` duration {r['for']!r}")
+            if (r.get("labels") or {}).get("severity") not in ("critical", "warning", "info"):
+                problem(path, f"{n}: severity must be critical, warning or info")
+            if not (r.get("annotations") or {}).get("summary"):
+                problem(path, f"{n}: needs a summary annotation")
+    if not names:
+        problem(path, "no alert rules")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rendered", required=True, help="directory of rendered overlays")
+    ap.add_argument("--repo", required=True)
+    a = ap.parse_args()
+    binaries = installed_binaries(a.repo)
+    run = set()
+    for name, keda in (("base", False), ("dev", False), ("prod", False), ("prod-keda", True)):
+        docs = load(os.path.join(a.rendered, f"{name}.yaml"))
+        check_rendered(name, docs, binaries, keda)
+        for d in docs:
+            if d["kind"] in ("Deployment", "Job"):
+                for c in d["spec"]["template"]["spec"]["containers"]:
+                    if c.get("command"):
+                        run.add(os.path.basename(c["command"][0]))
+    check_dockerfile(a.repo, run)
+    check_dashboard(a.repo)
+    check_rules(a.repo)
+    for p in problems:
+        print("  " + p)
+    print(f"check_deploy.py: {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
