@@ -12,6 +12,7 @@ packages=(
   openjdk-17-jre-headless maven
   clang libclang-rt-14-dev
   libgraphviz-dev
+  golang-go python3-venv python3-yaml
 )
 
 missing=()
@@ -25,6 +26,11 @@ if command -v java >/dev/null && java -version 2>&1 | grep -qE 'version "(1[7-9]
   missing=("${missing[@]/openjdk-17-jre-headless}")
 fi
 if command -v mvn >/dev/null; then missing=("${missing[@]/maven}"); fi
+# scripts/check_deploy.sh builds kustomize with any Go >= 1.19 and needs a python3
+# with venv and PyYAML; ones installed another way (e.g. /usr/local/go) are as good.
+if command -v go >/dev/null; then missing=("${missing[@]/golang-go}"); fi
+if python3 -c 'import venv, ensurepip' 2>/dev/null; then missing=("${missing[@]/python3-venv}"); fi
+if python3 -c 'import yaml' 2>/dev/null; then missing=("${missing[@]/python3-yaml}"); fi
 read -r -a missing <<<"${missing[*]:-}"
 
 if [ ${#missing[@]} -gt 0 ]; then

@@ -34,6 +34,8 @@ eval "$(scripts/stack.sh env)"
 export STRAND_TEST_LOG_DIR=$STRAND_STACK_DIR/logs
 
 rc=0
+echo "== deploy manifests, Dockerfile, dashboard and alert rules (offline)"
+scripts/check_deploy.sh || rc=1
 echo "== tests: release build"
 ctest --test-dir build --output-on-failure --timeout 900 || rc=1
 echo "== tests: ASan + UBSan build"
