@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "strand/engine.h"
+#include "strand/globals.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/notice.h"
@@ -125,7 +126,7 @@ static const char *const sql_processed_outcome =
     "UPDATE strand.processed_signals SET outcome = $2 WHERE signal_id = $1";
 static const char *const sql_runtime_lock =
     "SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
-    " i.input::text, i.status"
+    " i.input::text, i.status, coalesce(i.business_ref, i.id::text)"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $1::uuid FOR UPDATE OF rs";
 static const char *const sql_runtime_update =
@@ -367,12 +368,65 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
     return ST_OK;
 }
 
+/* A process's timeline (docs/processes.md): what the wake-up meant in process terms. A
+ * command result (a queue message or a timer), a state's execute answer (the decision,
+ * or a failed attempt), and the states the threads now wait in. */
+static st_err_t process_history_tx(PGconn *conn, const st_signal_t *sig, const st_run_result_t *run,
+                                   st_errbuf_t *eb)
+{
+    const char *kind = NULL;
+    json_t *detail = json_pack("{s:s}", "signal_id", sig->signal_id);
+    const json_t *payload = sig->payload;
+    if (sig->type == ST_SIGNAL_EXTERNAL) {
+        kind = "command_result";
+        json_object_set_new(detail, "command", json_string("queue"));
+        json_object_set_new(detail, "queue", json_string(sig->name));
+        json_object_set(detail, "message", payload ? (json_t *)payload : json_null());
+    } else if (sig->type == ST_SIGNAL_TIMER_DUE) {
+        kind = "command_result";
+        json_object_set_new(detail, "command", json_string("timer"));
+    } else if (sig->type == ST_SIGNAL_CALL_RESULT) {
+        const json_t *result = json_object_get(payload, "result");
+        int ok = json_is_true(json_object_get(result, "ok"));
+        kind = ok ? "state_executed" : "state_execute_failed";
+        json_object_set(detail, "attempt", json_object_get(payload, "attempt"));
+        json_object_set(detail, ok ? "decision" : "result",
+                        ok ? json_object_get(result, "body") : (json_t *)result);
+    } else if (sig->type == ST_SIGNAL_START) {
+        kind = "process_started";
+    }
+    if (kind == NULL) {
+        json_decref(detail);
+        return ST_OK;
+    }
+    /* The state each live thread stands in: the first step of its bottom frame. */
+    json_t *states = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(run->snapshot, "threads"), i, t) {
+        if (json_is_true(json_object_get(t, "done")) || json_is_true(json_object_get(t, "daemon")))
+            continue;
+        size_t depth = json_array_size(json_object_get(t, "stack"));
+        const char *path = json_string_value(json_object_get(
+            json_array_get(json_object_get(t, "stack"), depth ? depth - 1 : 0), "path"));
+        char name[128] = "";
+        if (path && strncmp(path, "/states/", 8) == 0)
+            sscanf(path + 8, "%127[^/]", name);
+        if (name[0])
+            json_array_append_new(states, json_string(name));
+    }
+    json_object_set_new(detail, "waiting_in", states);
+    json_object_set_new(detail, "status", json_string(status_name(run->status)));
+    return history_add_tx(conn, sig->instance_id, kind, detail, eb);
+}
+
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
     st_run_result_t run = {0};
     PGresult *state = NULL;
-    json_t *snapshot = NULL, *event = NULL;
+    json_t *snapshot = NULL, *event = NULL, *globals = NULL;
+    const json_t *globals_decl = NULL;
     st_err_t err = st_pg_begin(conn, eb);
     if (err != ST_OK)
         return err;
@@ -433,6 +487,19 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         }
     }
     event = event_from_signal(sig, PQgetvalue(state, 0, 4));
+    /* A process's global attributes: read from the user's row (locked) before the run. */
+    globals_decl = json_object_get(st_defn_canonical(defn), "globals");
+    if (globals_decl != NULL) {
+        if ((err = st_globals_load_tx(conn, globals_decl, PQgetvalue(state, 0, 6), &globals, eb)) != ST_OK)
+            goto fail;
+        if (snapshot == NULL) {
+            json_t *payload = json_deep_copy(json_object_get(event, "payload"));
+            json_object_set(payload, "globals", globals);
+            json_object_set_new(event, "payload", payload);
+        }
+        else if (json_is_object(json_object_get(snapshot, "state")))
+            json_object_update(json_object_get(snapshot, "state"), globals);
+    }
     if (snapshot == NULL && sig->type == ST_SIGNAL_EXTERNAL)
         err = ST_ERR_CONFLICT;   /* arrived before START ran: keep it */
     else
@@ -452,7 +519,16 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     }
     if (err != ST_OK)
         goto fail;
+    /* ...and the changed ones written back in this transaction: a failed write rolls
+     * back the decision, its snapshot and its outbox rows with it. */
+    if (globals_decl != NULL &&
+        (err = st_globals_store_tx(conn, globals_decl, PQgetvalue(state, 0, 6), globals,
+                                   json_object_get(run.snapshot, "state"), eb)) != ST_OK)
+        goto fail;
     if ((err = persist_tx(conn, sig, node_id, version, &run, eb)) != ST_OK)
+        goto fail;
+    if (strcmp(st_defn_kind(defn), "process") == 0 &&
+        (err = process_history_tx(conn, sig, &run, eb)) != ST_OK)
         goto fail;
     *outcome = ST_WAKE_APPLIED;
 
@@ -464,6 +540,7 @@ finish:
     PQclear(state);
     json_decref(snapshot);
     json_decref(event);
+    json_decref(globals);
     st_run_result_close(&run);
     return err;
 
@@ -472,6 +549,7 @@ fail:
     PQclear(state);
     json_decref(snapshot);
     json_decref(event);
+    json_decref(globals);
     st_run_result_close(&run);
     return err;
 }

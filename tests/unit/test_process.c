@@ -30,7 +30,7 @@ static const char *SIGNUP =
     "\"timeout\":\"'30d'\",\"queues\":[\"verified\"],"
     "\"attributes\":{\"local\":{\"reminders\":{\"default\":0},\"channel\":{\"default\":\"email\"}},"
     " \"global\":{\"customer_status\":{\"table\":\"customers\",\"column\":\"status\"}}},"
-    "\"rpcs\":[{\"name\":\"verify_email\",\"queue\":\"verified\"}],\"start\":[\"submit\"],\"states\":["
+    "\"global_table\":{\"table\":\"customers\",\"key\":\"id\"},\"rpcs\":[{\"name\":\"verify_email\",\"queue\":\"verified\"}],\"start\":[\"submit\"],\"states\":["
     "{\"id\":\"submit\",\"execute\":{\"transport\":\"http\",\"request\":{\"action\":\"'send_verification'\","
     " \"email\":\"input.email\"},\"timeout\":\"'30s'\",\"retry\":{\"max_attempts\":3,\"backoff_ms\":1000,"
     " \"multiplier\":2}},\"next\":[\"verify\"]},"

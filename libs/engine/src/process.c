@@ -86,6 +86,40 @@ static int valid_name(const char *s)
     return 1;
 }
 
+/* A URL the compiler may embed in a quoted expression literal. */
+static int valid_url(const char *s)
+{
+    if (s == NULL || strlen(s) > 1000 ||
+        (strncmp(s, "http://", 7) != 0 && strncmp(s, "https://", 8) != 0))
+        return 0;
+    return strpbrk(s, "'\\\" \n\r") == NULL;
+}
+
+/* A PostgreSQL identifier the executor may quote: lower case, digits, _; <= 63. */
+static int valid_ident(const char *s)
+{
+    if (s == NULL || *s == '\0' || strlen(s) > 63 || (*s >= '0' && *s <= '9'))
+        return 0;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'z')))
+            return 0;
+    return 1;
+}
+
+/* "table" or "schema.table", each part a valid identifier. */
+static int valid_table(const char *s)
+{
+    if (s == NULL || strlen(s) > 127)
+        return 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *dot = strchr(buf, '.');
+    if (dot == NULL)
+        return valid_ident(buf);
+    *dot = '\0';
+    return valid_ident(buf) && valid_ident(dot + 1);
+}
+
 static int in_list(const json_t *list, const char *name)
 {
     size_t i;
@@ -190,8 +224,19 @@ static void check_execute(json_t *problems, const json_t *doc, const char *point
     if (transport == NULL || (strcmp(transport, "http") != 0 && strcmp(transport, "kafka") != 0))
         problem(problems, p, "transport must be http or kafka%s", NULL);
     snprintf(p, sizeof p, "%s/request", pointer);
-    if (json_object_get(ex, "request") == NULL)
-        problem(problems, p, "missing request%s", NULL);
+    const json_t *url = json_object_get(ex, "url");
+    if (url != NULL) {
+        /* The worker protocol (docs/processes.md): Strand builds the request. */
+        snprintf(p, sizeof p, "%s/url", pointer);
+        if (!valid_url(json_string_value(url)))
+            problem(problems, p, "url must be an http(s) URL without quotes or backslashes%s", NULL);
+        if (json_object_get(ex, "request"))
+            problem(problems, p, "give either url (the worker protocol) or request, not both%s", NULL);
+        if (transport && strcmp(transport, "http") != 0)
+            problem(problems, p, "url needs transport http%s", NULL);
+    } else if (json_object_get(ex, "request") == NULL) {
+        problem(problems, p, "missing request (or url, for the worker protocol)%s", NULL);
+    }
     check_map(problems, p, json_object_get(ex, "request"));
     if (transport && strcmp(transport, "kafka") == 0) {
         const json_t *consumers = json_object_get(ex, "consumers");
@@ -238,7 +283,7 @@ void st_process_validate(const json_t *doc, json_t *problems)
 {
     static const char *const known[] = {"kind", "name", "version", "description", "start",
                                         "states", "queues", "attributes", "rpcs", "timeout",
-                                        "id_reuse_policy", NULL};
+                                        "id_reuse_policy", "global_table", NULL};
     static const char *const policies[] = {"allow_if_no_running", "allow_if_previous_failed",
                                            "disallow_reuse", "allow_terminate_if_running", NULL};
     char p[560];
@@ -312,6 +357,24 @@ void st_process_validate(const json_t *doc, json_t *problems)
         }
     }
 
+    /* global attributes: columns of one row of a user table, keyed by the process id */
+    const json_t *globals = json_object_get(attrs, "global");
+    const json_t *gt = json_object_get(doc, "global_table");
+    if (json_object_size(globals) > 0 || gt != NULL) {
+        if (!json_is_object(gt) || !valid_table(str(gt, "table")) || !valid_ident(str(gt, "key")))
+            problem(problems, "/global_table", "global attributes need global_table {table: "
+                    "\"schema.table\", key: \"key_column\"} (lower-case identifiers)%s", NULL);
+        json_object_foreach((json_t *)globals, key, v) {
+            const char *column = json_is_object(v) && str(v, "column") ? str(v, "column") : key;
+            snprintf(p, sizeof p, "/attributes/global/%s/column", key);
+            if (!valid_ident(column))
+                problem(problems, p, "a global attribute maps to a column (lower-case identifier), "
+                        "not '%s'", column);
+            else if (json_is_object(gt) && str(gt, "key") && strcmp(column, str(gt, "key")) == 0)
+                problem(problems, p, "the key column '%s' cannot be an attribute", column);
+        }
+    }
+
     const json_t *states = json_object_get(doc, "states");
     if (!json_is_array(states) || json_array_size(states) == 0 || json_array_size(states) > 1000) {
         problem(problems, "/states", "states must be a non-empty array of at most 1000 states%s", NULL);
@@ -379,6 +442,11 @@ void st_process_validate(const json_t *doc, json_t *problems)
                 json_object_set_new(names, n, json_true());
             if (str(s, "queue") && !in_list(queues, str(s, "queue")))
                 problem(problems, p, "rpc publishes to undeclared queue '%s'", str(s, "queue"));
+            if (json_object_get(s, "url") && !valid_url(str(s, "url")))
+                problem(problems, p, "an rpc's url must be an http(s) URL without quotes%s", NULL);
+            const json_t *t = json_object_get(s, "timeout_ms");
+            if (t && (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > 60000))
+                problem(problems, p, "an rpc's timeout_ms must be 1 to 60000%s", NULL);
         }
         json_decref(names);
     }
@@ -418,7 +486,43 @@ static json_t *goto_step(const char *id, json_t *targets, const json_t *allowed)
                      "allowed", allowed ? json_deep_copy(allowed) : json_array());
 }
 
-static json_t *compile_state(const json_t *s, json_t *attr_names)
+/* The worker protocol's execute request (docs/processes.md): POST to the url with
+ * the process and state names, the input, every declared attribute (globals as read
+ * from the user's row in this wake-up) and the results of the state's commands. */
+static json_t *protocol_request(const json_t *doc, const json_t *s, const json_t *attr_names)
+{
+    char lit[1200];
+    json_t *attrs = json_object();
+    size_t i;
+    json_t *v;
+    json_array_foreach(attr_names, i, v) {
+        snprintf(lit, sizeof lit, "state[\"%s\"]", json_string_value(v));
+        json_object_set_new(attrs, json_string_value(v), json_string(lit));
+    }
+    json_t *results = json_object();
+    const json_t *wu = json_object_get(s, "wait_until");
+    json_array_foreach(json_object_get(wu, "commands"), i, v) {
+        if (strcmp(str(v, "type"), "queue") == 0) {
+            snprintf(lit, sizeof lit, "state[\"%s\"]", str(v, "name"));
+            json_object_set_new(results, str(v, "name"), json_string(lit));
+        }
+    }
+    if (json_array_size(json_object_get(wu, "commands")) > 1)
+        json_object_set_new(results, "fired", json_string("state.fired"));
+    json_t *body = json_object();
+    snprintf(lit, sizeof lit, "'%s'", str(doc, "name"));
+    json_object_set_new(body, "process", json_string(lit));
+    snprintf(lit, sizeof lit, "'%s'", str(s, "id"));
+    json_object_set_new(body, "state", json_string(lit));
+    json_object_set_new(body, "kind", json_string("'execute'"));
+    json_object_set_new(body, "input", json_string("input"));
+    json_object_set_new(body, "attributes", attrs);
+    json_object_set_new(body, "command_results", results);
+    snprintf(lit, sizeof lit, "'%s'", str(json_object_get(s, "execute"), "url"));
+    return json_pack("{s:s, s:s, s:o}", "url", lit, "protocol", "'strand.process/1'", "body", body);
+}
+
+static json_t *compile_state(const json_t *doc, const json_t *s, json_t *attr_names)
 {
     const char *sid = str(s, "id");
     char id[160];
@@ -455,6 +559,10 @@ static json_t *compile_state(const json_t *s, json_t *attr_names)
         json_object_set_new(call, "type", json_string("call"));
         json_object_set_new(call, "result", json_string("decision"));
         json_object_del(call, "on_failure");
+        if (json_object_get(ex, "url")) {
+            json_object_del(call, "url");
+            json_object_set_new(call, "request", protocol_request(doc, s, attr_names));
+        }
         if (str(ex, "on_failure")) {
             snprintf(id, sizeof id, "%s/on_failure", sid);
             json_object_set_new(call, "on_failure",
@@ -511,7 +619,7 @@ json_t *st_process_canonical(const json_t *doc)
             json_array_append_new(attr_names, json_string(name));
     }
     json_array_foreach(json_object_get(doc, "states"), i, s)
-        json_object_set_new(states, str(s, "id"), compile_state(s, attr_names));
+        json_object_set_new(states, str(s, "id"), compile_state(doc, s, attr_names));
     json_decref(attr_names);
     /* Local attributes start at their defaults, under state.<name>; a string default
      * becomes a quoted literal (the validator refuses quotes and backslashes in it). */
@@ -532,6 +640,25 @@ json_t *st_process_canonical(const json_t *doc)
         json_array_append_new(steps, json_pack("{s:s, s:s, s:O}", "id", "__attributes", "type", "set",
                                                "values", defaults));
     json_decref(defaults);
+    /* Global attributes: the executor reads them from the user's row into state before
+     * each run (for START, into the event's payload, merged here) and writes the ones
+     * that changed back in the run's transaction. */
+    const json_t *globals = json_object_get(json_object_get(doc, "attributes"), "global");
+    json_t *globals_decl = NULL;
+    if (json_object_size(globals) > 0) {
+        json_t *columns = json_object();
+        json_t *names = json_array();
+        json_object_foreach((json_t *)globals, an, decl) {
+            const char *column = str(decl, "column") ? str(decl, "column") : an;
+            json_object_set_new(columns, an, json_string(column));
+            json_array_append_new(names, json_string(an));
+        }
+        const json_t *gt = json_object_get(doc, "global_table");
+        json_array_insert_new(steps, 0, json_pack("{s:s, s:s, s:s, s:o}", "id", "__globals", "type", "merge",
+                                                  "from", "event.globals", "allowed", names));
+        globals_decl = json_pack("{s:O, s:O, s:o}", "table", json_object_get(gt, "table"), "key",
+                                      json_object_get(gt, "key"), "columns", columns);
+    }
     if (json_object_get(doc, "timeout")) {
         json_object_set_new(states, "__timeout",
                             json_pack("{s:[{s:s, s:s, s:O}, {s:s, s:s, s:{s:s}}]}", "steps", "id",
@@ -548,5 +675,7 @@ json_t *st_process_canonical(const json_t *doc)
                             "steps", steps, "states", states, "source", doc);
     json_object_set_new(out, "id_reuse_policy",
                         json_string(str(doc, "id_reuse_policy") ? str(doc, "id_reuse_policy") : "allow_if_no_running"));
+    if (globals_decl != NULL)
+        json_object_set_new(out, "globals", globals_decl);
     return out;
 }
