@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "st_test.h"
+#include "strand/proto/strand.pb-c.h"
 
 #define T_ADMIN "h7-admin-token-0123456789"
 #define T_ALICE "h7-alice-token-0123456789"   /* approver */
@@ -753,6 +754,92 @@ static void test_dead_letters_acks_triggers(void)
                    404, "definition_not_found", "/definition");
 }
 
+/* Publishes an IngressCommand to the ingress topic through the outbox (the API's relay
+ * moves it to Kafka, as an application's producer would). */
+static int produce_command(Strand__V1__CommandType type, const char *token, const char *target,
+                           const char *args)
+{
+    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
+    cmd.envelope_version = 1;
+    cmd.type = type;
+    cmd.token = (char *)token;
+    cmd.target_id = (char *)target;
+    cmd.args.data = (uint8_t *)args;
+    cmd.args.len = strlen(args);
+    uint8_t buf[1024];
+    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
+    char *sql = malloc(len * 2 + 256);
+    size_t n = (size_t)sprintf(sql, "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
+                                    " VALUES ('ingress', 'k', '\\x");
+    for (size_t i = 0; i < len; i++)
+        n += (size_t)sprintf(sql + n, "%02x", buf[i]);
+    sprintf(sql + n, "'::bytea) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
+                     " SELECT count(*) FROM ins, n");
+    long long rows = it_sql_number(sql);
+    free(sql);
+    return rows == 1;
+}
+
+static double metric(const char *series)
+{
+    char *text = NULL;
+    call(NULL, "GET", "/metrics", NULL, NULL, &text, NULL, 0);
+    char needle[200];
+    snprintf(needle, sizeof needle, "\n%s ", series);
+    const char *p = text ? strstr(text, needle) : NULL;
+    double v = p ? atof(p + strlen(needle)) : 0;
+    free(text);
+    return v;
+}
+
+/* The Kafka ingress with authentication on: an unknown token (401), a caller without
+ * the role (403) and a bad task result (422) each become a dead letter and an
+ * IngressRejected notice and change nothing; a good command after them is accepted. */
+static void test_ingress_authorisation(void)
+{
+    char path[512], instance[40] = "", task[40] = "", sql[600];
+    json_t *a = NULL;
+    snprintf(path, sizeof path, "/v1/instances?definition=%s&business_ref=batch-h7&limit=1", flow);
+    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    snprintf(instance, sizeof instance, "%s",
+             json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id")) ?: "");
+    json_decref(a);
+    CU_ASSERT_FATAL(instance[0] != '\0');
+    first_task_of(instance, task, sizeof task);
+    CU_ASSERT_FATAL(task[0] != '\0');
+    long long letters = it_sql_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'");
+    long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
+    double accepted = metric("strand_ingress_commands_total{outcome=\"accepted\"}");
+
+    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
+                                   "{\"name\":\"x\"}"));
+    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
+    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
+                                   "{\"result\":{\"approved\":\"maybe\"}}"));
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'",
+                                   letters + 3, 60), letters + 3);
+    CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >= notices + 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
+             " AND instance_id = '%s' AND reason LIKE '%%token%%'", instance);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
+             " AND instance_id = '%s' AND reason LIKE '%%admin%%'", instance);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
+             " AND instance_id = '%s' AND reason LIKE '%%result_schema%%'", task);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* nothing changed */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s' AND status = 'waiting'", instance);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'open'", task);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* the partition moves on: a good command is accepted */
+    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, T_ALICE, task, "{}"));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'alice'", task);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
+    CU_ASSERT_TRUE(metric("strand_ingress_commands_total{outcome=\"accepted\"}") >= accepted + 1);
+}
+
 static void test_retention(void)
 {
     /* Backdate the ended instances of this run; the waiting one is never touched. */
@@ -812,6 +899,7 @@ int main(void)
         {"tasks: list, get, assign, release, complete with result validation, time limit", test_tasks},
         {"signals, cancel, terminate", test_signals_cancel_terminate},
         {"dead letters, acks, triggers", test_dead_letters_acks_triggers},
+        {"kafka ingress: unknown token, missing role, bad result", test_ingress_authorisation},
         {"retention run", test_retention},
     };
     return it_run_suite("api", cases, (int)(sizeof cases / sizeof cases[0]));
