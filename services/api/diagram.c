@@ -22,6 +22,7 @@ typedef struct {
     int oom;
     json_t *visited;   /* {node name: true} */
     json_t *waiting;   /* {node name: true} */
+    json_t *failed;    /* {node name: true}: the step a failed instance failed in */
     json_t *edges_seen;   /* {"a\tb": true} lifecycle/process visited edges */
 } dot_t;
 
@@ -90,7 +91,8 @@ static void node(dot_t *d, const char *name, const char *svg_id_prefix, const ch
                  const char *label, const char *shape)
 {
     d->nodes++;
-    const char *cls = json_object_get(d->waiting, name) ? "waiting"
+    const char *cls = json_object_get(d->waiting, name)  ? "waiting"
+                      : json_object_get(d->failed, name) ? "failed"
                       : json_object_get(d->visited, name) ? "visited" : NULL;
     put(d, "  \"");
     put_escaped(d, name, 600);
@@ -101,7 +103,7 @@ static void node(dot_t *d, const char *name, const char *svg_id_prefix, const ch
     put(d, "\", shape=%s", shape);
     if (cls != NULL)
         put(d, ", class=\"%s\", style=\"filled,bold\", fillcolor=\"%s\"", cls,
-            strcmp(cls, "waiting") == 0 ? "#ffd166" : "#b7e4c7");
+            strcmp(cls, "waiting") == 0 ? "#ffd166" : strcmp(cls, "failed") == 0 ? "#ef476f" : "#b7e4c7");
     put(d, "];\n");
 }
 
@@ -337,6 +339,9 @@ static void draw_flow(dot_t *d, const json_t *canonical, const json_t *snapshot,
         json_object_set_new(d->visited, "start", json_true());
     if (ended)
         json_object_set_new(d->visited, "end", json_true());
+    const char *failed_step = str(json_object_get(snapshot, "error"), "step");
+    if (failed_step != NULL)
+        json_object_set_new(d->failed, failed_step, json_true());
     node(d, "start", "", "start", "start", "circle");
     json_t *entry = json_pack("[s]", "start");
     json_t *exits = flow_list(d, json_object_get(canonical, "steps"), "/steps", entry, NULL);
@@ -476,7 +481,8 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
         snapshot = NULL;
     if (kind == NULL)
         return st_err_set(eb, ST_ERR_INVALID, "the definition has no kind");
-    dot_t d = {.visited = json_object(), .waiting = json_object(), .edges_seen = json_object()};
+    dot_t d = {.visited = json_object(), .waiting = json_object(), .failed = json_object(),
+               .edges_seen = json_object()};
     put(&d, "digraph \"");
     put_escaped(&d, str(canonical, "name"), 120);
     put(&d, "\" {\n  graph [rankdir=TB, fontname=\"Helvetica\", label=\"");
@@ -504,6 +510,7 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
                          ST_DIAGRAM_MAX_NODES);
     json_decref(d.visited);
     json_decref(d.waiting);
+    json_decref(d.failed);
     json_decref(d.edges_seen);
     if (err != ST_OK) {
         free(d.buf);

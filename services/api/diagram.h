@@ -5,7 +5,8 @@
  *
  * Nodes carry stable SVG ids: "step-<step id>" for flow steps, "state-<name>" for
  * lifecycle and process states, "start" and "end". The overlay sets the SVG class
- * ("visited", "waiting") and the fill colour. Flows draw their canonical steps
+ * ("visited", "waiting", and "failed" for the step a failed flow failed in) and the
+ * fill colour. Flows draw their canonical steps
  * (sequence, branches, loops, parallel branches); lifecycles their states and
  * transitions; processes their states and `next` edges.
  */
