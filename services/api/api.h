@@ -130,6 +130,10 @@ void st_api_acks_register(st_api_t *api);
 void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 void st_api_retention_register(st_api_t *api);
+/* A process's RPCs (rpc.c): POST /v1/instances/{id}/rpc/{name}. */
+void st_api_rpc_register(st_api_t *api);
+void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,
+                const json_t *args, st_answer_t *out);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

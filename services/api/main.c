@@ -232,6 +232,7 @@ static void register_routes(st_api_t *api)
     st_api_acks_register(api);
     st_api_triggers_register(api);
     st_api_retention_register(api);
+    st_api_rpc_register(api);
 }
 
 /* strand-api --check-openapi: the route table against docs/openapi.json. */
