@@ -49,6 +49,90 @@ static const char *const sql_instance_list =
 #define MAX_PAGE 500
 #define MAX_REF_LEN 256
 
+/* ---- process ID reuse (docs/processes.md) --------------------------------------------- */
+
+static const char *const sql_reuse_policy =
+    "SELECT canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1 AND version = $2::int";
+static const char *const sql_reuse_lock =
+    "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 9))";
+static const char *const sql_reuse_previous =
+    "SELECT id, status FROM strand.instances WHERE definition_name = $1 AND business_ref = $2"
+    " ORDER BY created_at DESC, id DESC LIMIT 1000";
+static const char *const sql_reuse_terminate =
+    "UPDATE strand.instances SET status = 'terminated', updated_at = now(), ended_at = now(),"
+    " error = jsonb_build_object('code', 'terminated', 'reason', 'id_reuse_policy: a new run started')"
+    " WHERE id = $1::uuid";
+static const char *const sql_reuse_terminate_rs =
+    "UPDATE strand.runtime_states SET state_version = state_version + 1, waiting_kind = NULL,"
+    " waiting_token = NULL, waiting_until = NULL,"
+    " snapshot = CASE WHEN snapshot IS NULL THEN NULL ELSE jsonb_set(snapshot, '{status}', '\"terminated\"') END"
+    " WHERE instance_id = $1::uuid";
+static const char *const sql_reuse_history =
+    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'terminated',"
+    " jsonb_build_object('reason', 'id_reuse_policy', 'replaced_by', $2::text))";
+
+static int reuse_ended(const char *status)
+{
+    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
+}
+
+/* A process started with a process id (business_ref) follows its definition's ID reuse
+ * policy against earlier runs of the same definition with that id, inside the start's
+ * transaction (serialised per id by an advisory lock). Returns ST_OK with out->status
+ * set (409) when the start is refused; allow_terminate_if_running ends the running
+ * runs here, in the same transaction as the new run's insert. */
+static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char *version,
+                               const char *business_ref, const char *new_id, st_answer_t *out,
+                               st_errbuf_t *eb)
+{
+    const char *params[] = {definition, version};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_reuse_policy, 2, params, &res, eb);
+    if (err != ST_OK)
+        return err;
+    char policy[48] = "";
+    if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+        snprintf(policy, sizeof policy, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (policy[0] == '\0')
+        return ST_OK;   /* not a process */
+    const char *ref_params[] = {definition, business_ref};
+    if ((err = st_pg_exec(conn, sql_reuse_lock, 2, ref_params, NULL, eb)) != ST_OK ||
+        (err = st_pg_exec(conn, sql_reuse_previous, 2, ref_params, &res, eb)) != ST_OK)
+        return err;
+    int n = PQntuples(res), running = 0;
+    for (int i = 0; i < n; i++)
+        running += !reuse_ended(PQgetvalue(res, i, 1));
+    const char *refusal = NULL;
+    if (strcmp(policy, "disallow_reuse") == 0 && n > 0)
+        refusal = "this process id was used before and the definition's id_reuse_policy is disallow_reuse";
+    else if (strcmp(policy, "allow_terminate_if_running") != 0 && running > 0)
+        refusal = "a run with this process id is still running";
+    else if (strcmp(policy, "allow_if_previous_failed") == 0 && n > 0 &&
+             strcmp(PQgetvalue(res, 0, 1), "completed") == 0)
+        refusal = "the last run with this process id completed and the definition's id_reuse_policy is"
+                  " allow_if_previous_failed";
+    if (refusal != NULL) {
+        st_answer_problem(out, 409, "process_id_in_use", refusal, "/business_ref", NULL);
+        PQclear(res);
+        return ST_OK;
+    }
+    for (int i = 0; i < n && err == ST_OK; i++) {
+        if (reuse_ended(PQgetvalue(res, i, 1)))
+            continue;
+        const char *t_params[] = {PQgetvalue(res, i, 0)};
+        const char *h_params[] = {PQgetvalue(res, i, 0), new_id};
+        err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
+        if (err == ST_OK)
+            err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
+        if (err == ST_OK)
+            err = st_pg_exec(conn, sql_reuse_history, 2, h_params, NULL, eb);
+    }
+    PQclear(res);
+    return err;
+}
+
 /* Adds a JSON value parsed from a text column, or null. */
 static void set_json_column(json_t *obj, const char *key, PGresult *res, int row, int col)
 {
@@ -238,6 +322,10 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         PQclear(res);
         res = NULL;
     }
+    if (business_ref != NULL &&
+        ((err = reuse_check_tx(conn, definition, pinned, business_ref, id, out, &eb)) != ST_OK ||
+         out->status != 0))
+        goto done;
     const char *inst_params[] = {id, definition, pinned, business_ref, input_text};
     const char *rs_params[] = {id};
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
