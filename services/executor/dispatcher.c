@@ -71,7 +71,7 @@ static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 /* Performs one HTTP call; returns the result object for the CALL_RESULT payload. */
 static json_t *perform_http(const char *request_text, const char *idempotency_key,
-                            long timeout_ms)
+                            long timeout_ms, const char *instance_id, int attempt)
 {
     json_error_t jerr;
     json_t *request = json_loads(request_text, 0, &jerr);
@@ -82,12 +82,23 @@ static json_t *perform_http(const char *request_text, const char *idempotency_ke
     }
     const char *method = json_string_value(json_object_get(request, "method"));
     json_t *body_json = json_object_get(request, "body");
+    /* The process worker protocol (docs/processes.md) also names the instance, the
+     * attempt and the key in the body. */
+    const char *protocol = json_string_value(json_object_get(request, "protocol"));
+    if (protocol != NULL && strcmp(protocol, "strand.process/1") == 0 && json_is_object(body_json)) {
+        json_object_set_new(body_json, "instance_id", json_string(instance_id));
+        json_object_set_new(body_json, "attempt", json_integer(attempt));
+        json_object_set_new(body_json, "idempotency_key", json_string(idempotency_key));
+    }
     char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
     CURL *curl = curl_easy_init();
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     char key_header[300];
     snprintf(key_header, sizeof key_header, "Idempotency-Key: %s", idempotency_key);
     headers = curl_slist_append(headers, key_header);
+    char instance_header[100];
+    snprintf(instance_header, sizeof instance_header, "Strand-Instance-Id: %s", instance_id);
+    headers = curl_slist_append(headers, instance_header);
     const char *name;
     json_t *value;
     json_object_foreach(json_object_get(request, "headers"), name, value) {
@@ -194,7 +205,8 @@ static int dispatch_batch(PGconn *conn, void *ctx)
         const char *transport = PQgetvalue(calls, i, 3);
         if (strcmp(transport, "http") == 0)
             result = perform_http(PQgetvalue(calls, i, 4), PQgetvalue(calls, i, 6),
-                                  atol(PQgetvalue(calls, i, 7)));
+                                  atol(PQgetvalue(calls, i, 7)), PQgetvalue(calls, i, 1),
+                                  atoi(PQgetvalue(calls, i, 5)));
         else
             result = json_pack("{s:b, s:s}", "ok", 0, "error", "unsupported call transport");
         st_metric_observe(d->m_duration, st_mono_s() - started);
