@@ -7,7 +7,7 @@ scripts/check_deploy.sh does (which runs this with --rendered DIR --repo REPO):
   numeric non-zero user, no privilege escalation, read-only root, ALL capabilities
   dropped, a binary the image installs, and a PodDisruptionBudget selecting it;
 - the executor has an autoscaling/v2 HPA on CPU (or, with the KEDA component, a
-  ScaledObject instead and no HPA); Jobs run strand-admin migrate / create-topics;
+  ScaledObject instead and no HPA), and an autoscaled Deployment sets no replicas; Jobs run strand-admin migrate / create-topics;
 - the KEDA ScaledObject (a CRD, no bundled schema) has the fields KEDA needs;
 - Dockerfile: multi-stage, Debian slim runtime, numeric non-root USER, every binary
   the manifests run is installed by the build (an install(TARGETS) in CMake);
@@ -113,6 +113,12 @@ def check_rendered(name, docs, binaries, keda):
         if not any(sel and all(labels.get(k) == v for k, v in sel.items())
                    for sel in selectors):
             problem(where, "no PodDisruptionBudget selecting its pods")
+    scaled_names = {h["spec"]["scaleTargetRef"].get("name") for h in hpas} | {
+        (so.get("spec") or {}).get("scaleTargetRef", {}).get("name") for so in scaled}
+    for d in deployments:
+        if d["metadata"]["name"] in scaled_names and "replicas" in d["spec"]:
+            problem(f"{name}: Deployment {d['metadata']['name']}",
+                    "is autoscaled, so it must not set spec.replicas (a re-apply would reset it)")
     if keda:
         if hpas:
             problem(name, "with the KEDA component there must be no HPA (KEDA owns one)")
