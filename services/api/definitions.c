@@ -23,7 +23,9 @@ static const char *const sql_definition_same =
     "SELECT canonical = $3::jsonb FROM strand.definitions WHERE name = $1 AND version = $2";
 static const char *const sql_definition_list =
     "SELECT name, version, kind, created_at FROM strand.definitions"
-    " ORDER BY name, version";
+    " WHERE ($1::text IS NULL OR (name, version) > ($1::text, $2::int))"
+    "   AND ($4::text IS NULL OR kind = $4)"
+    " ORDER BY name, version LIMIT $3::int";
 static const char *const sql_definition_get =
     "SELECT name, version, kind, source::text, canonical::text, created_at"
     " FROM strand.definitions WHERE name = $1 AND ($2::int IS NULL OR version = $2::int)"
@@ -197,15 +199,45 @@ static void handle_import(st_http_req_t *req, void *ctx)
     st_defn_free(defn);
 }
 
+/* GET /v1/definitions?kind=&limit=&cursor=: by name and version; the cursor is
+ * "<version>:<name>" of the last item of the previous page. */
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
+    st_answer_t answer = {0};
+    int limit = st_api_page_limit(req, 100, 500, &answer);
+    if (limit == 0) {
+        st_api_reply(req, &answer);
+        return;
+    }
+    const char *cursor = st_http_query(req, "cursor");
+    const char *kind = st_http_query(req, "kind");
+    char cursor_version[16] = "";
+    const char *cursor_name = NULL;
+    if (cursor != NULL) {
+        size_t digits = strspn(cursor, "0123456789");
+        if (digits == 0 || digits > 7 || cursor[digits] != ':' || cursor[digits + 1] == '\0') {
+            st_http_reply_problem(req, 400, "invalid_cursor", "cursor is not one this API issued",
+                                  "/cursor", NULL);
+            return;
+        }
+        memcpy(cursor_version, cursor, digits);
+        cursor_name = cursor + digits + 1;
+    }
+    if (kind != NULL && strcmp(kind, "flow") && strcmp(kind, "lifecycle") && strcmp(kind, "process")) {
+        st_http_reply_problem(req, 400, "invalid_kind", "kind must be flow, lifecycle or process",
+                              "/kind", NULL);
+        return;
+    }
     PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *params[] = {cursor_name, cursor_name ? cursor_version : NULL, limit_text, kind};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_definition_list, 0, NULL, &res, &eb);
+    st_err_t err = st_pg_exec(conn, sql_definition_list, 4, params, &res, &eb);
     if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
         return;
@@ -217,8 +249,21 @@ static void handle_list(st_http_req_t *req, void *ctx)
                                                atoi(PQgetvalue(res, i, 1)), "kind",
                                                PQgetvalue(res, i, 2), "created_at",
                                                PQgetvalue(res, i, 3)));
+    json_t *body = json_pack("{s:o}", "items", items);
+    int n = PQntuples(res);
+    if (n == limit) {
+        const char *last_name = PQgetvalue(res, n - 1, 0);
+        size_t len = strlen(last_name) + 16;
+        char *next = malloc(len);
+        if (next != NULL)
+            snprintf(next, len, "%s:%s", PQgetvalue(res, n - 1, 1), last_name);
+        json_object_set_new(body, "next_cursor", next ? json_string(next) : json_null());
+        free(next);
+    } else {
+        json_object_set_new(body, "next_cursor", json_null());
+    }
     PQclear(res);
-    st_http_reply_json(req, 200, json_pack("{s:o}", "items", items));
+    st_http_reply_json(req, 200, body);
 }
 
 static void handle_get(st_http_req_t *req, void *ctx)

@@ -211,7 +211,7 @@ static void usage(void)
     fputs("usage: strandctl [--api URL] [--json] <command>\n"
           "  definitions import FILE|-       import a definition (flow, lifecycle, process)\n"
           "  definitions validate FILE|-     validate without importing\n"
-          "  definitions list\n"
+          "  definitions list [--kind flow|lifecycle|process] [--limit N] [--cursor C]\n"
           "  definitions get NAME [VERSION]\n"
           "  definitions diagram NAME VERSION [--instance ID]   SVG on stdout\n"
           "  definitions schema              the JSON Schema of definition documents\n"
@@ -578,8 +578,13 @@ static int cmd_definitions(const ctl_t *ctl, const args_t *a)
         free(body);
         return rc;
     }
-    if (a->npos == 1 && strcmp(sub, "list") == 0)
-        return run(ctl, "GET", "/v1/definitions", NULL, human_list);
+    if (a->npos == 1 && strcmp(sub, "list") == 0) {
+        static const char *const keys[] = {"kind", "kind", "limit", "limit", "cursor", "cursor", NULL};
+        char query[900];
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/definitions%s", query);
+        return run(ctl, "GET", path, NULL, human_list);
+    }
     if (a->npos == 1 && strcmp(sub, "schema") == 0)
         return run(ctl, "GET", "/v1/schema/definition", NULL, print_object);
     if (a->npos == 3 && strcmp(sub, "diagram") == 0) {

@@ -349,6 +349,36 @@ static void test_definitions(void)
     CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions", NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 2);
     json_decref(a);
+    /* pages: two pages of one follow each other */
+    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions?limit=1", NULL, &a), 200);
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 1);
+    const char *next = json_string_value(json_object_get(a, "next_cursor"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(next);
+    CURL *esc = curl_easy_init();
+    char *cur = curl_easy_escape(esc, next, 0);
+    snprintf(path, sizeof path, "/v1/definitions?limit=1&cursor=%s", cur);
+    curl_free(cur);
+    curl_easy_cleanup(esc);
+    json_t *b = NULL;
+    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &b), 200);
+    json_t *first = json_array_get(json_object_get(a, "items"), 0), *second = json_array_get(json_object_get(b, "items"), 0);
+    CU_ASSERT_FALSE(json_equal(json_object_get(first, "name"), json_object_get(second, "name")) &&
+                    json_equal(json_object_get(first, "version"), json_object_get(second, "version")));
+    json_decref(a);
+    json_decref(b);
+    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions?kind=lifecycle&limit=500", NULL, &a), 200);
+    size_t i;
+    json_t *item;
+    int lifecycles_only = 1, has_life = 0;
+    json_array_foreach(json_object_get(a, "items"), i, item) {
+        lifecycles_only &= strcmp(json_string_value(json_object_get(item, "kind")) ?: "", "lifecycle") == 0;
+        has_life |= strcmp(json_string_value(json_object_get(item, "name")) ?: "", life) == 0;
+    }
+    CU_ASSERT_TRUE(lifecycles_only && has_life);
+    json_decref(a);
+    expect_problem(T_CAROL, "GET", "/v1/definitions?kind=dag", NULL, 400, "invalid_kind", "/kind");
+    expect_problem(T_CAROL, "GET", "/v1/definitions?cursor=abc", NULL, 400, "invalid_cursor", "/cursor");
+    expect_problem(T_CAROL, "GET", "/v1/definitions?limit=501", NULL, 400, "invalid_limit", "/limit");
     snprintf(path, sizeof path, "/v1/definitions/%s", flow);
     CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(a, "version")), 1);
