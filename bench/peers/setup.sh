@@ -13,11 +13,11 @@ DBOS_VERSION="${DBOS_VERSION:-}"
 mkdir -p "$PEERS/restate" "$PEERS/dbos"
 
 echo "== restate -> $PEERS/restate"
-cp "$ROOT/bench/peers/restate/package.json" "$ROOT/bench/peers/restate/"*.ts "$ROOT/bench/peers/restate/"*.mjs "$PEERS/restate/" 2>/dev/null || true
+cp "$ROOT/bench/peers/restate/package.json" "$PEERS/restate/"
 (cd "$PEERS/restate" &&
   npm install --no-audit --no-fund --omit-lockfile-registry-resolved \
     "@restatedev/restate-server@$RESTATE_VERSION" "@restatedev/restate-sdk@$RESTATE_VERSION" \
-    "@restatedev/restate-sdk-clients@$RESTATE_VERSION" tsx)
+    undici)
 ls "$PEERS/restate/node_modules/.bin/" | grep -i restate || true
 
 echo "== dbos -> $PEERS/dbos"

@@ -1,0 +1,169 @@
+"""DBOS Transact (Python) equivalents of strand-bench W1 and W2, measured the same way.
+
+  python bench.py --workload w1|w2 --n N --concurrency C [--timeout S] [--json]
+
+Needs DBOS_SYSTEM_DATABASE_URL (a PostgreSQL database of the strand stack; DBOS creates
+its schema there). The workflows run in this process, as DBOS applications do.
+
+W1: a workflow of three @DBOS.step steps (the step outputs are checkpointed in
+PostgreSQL), called by C client threads. Latency: client call -> timestamp taken at the
+end of the workflow's last step; rate: completed / (last end - first call).
+W2: N workflows wait in DBOS.recv("go"); once all have reached the wait, C threads send
+the messages with DBOS.send. Latency: client send -> timestamp taken right after recv
+returns (the workflow then completes).
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+
+def now_ms() -> float:
+    return time.time() * 1000.0
+
+
+@DBOS.step()
+def step_a(i: int) -> int:
+    return i + 1
+
+
+@DBOS.step()
+def step_b(x: int) -> int:
+    return x * 2
+
+
+@DBOS.step()
+def step_c(y: int) -> dict:
+    return {"y": y, "t_end": now_ms()}
+
+
+@DBOS.workflow()
+def w1_flow(i: int) -> dict:
+    return step_c(step_b(step_a(i)))
+
+
+_waiting = 0
+_waiting_mu = threading.Lock()
+
+
+@DBOS.step()
+def mark_waiting() -> None:
+    global _waiting
+    with _waiting_mu:
+        _waiting += 1
+
+
+@DBOS.workflow()
+def w2_flow() -> dict:
+    mark_waiting()
+    v = DBOS.recv("go", timeout_seconds=600)
+    return {"got": v, "t_resumed": now_ms()}
+
+
+def pct(v, p):
+    if not v:
+        return 0.0
+    return v[int(p * (len(v) - 1) + 0.5)]
+
+
+def report(args, what, unit, lat, rate):
+    lat.sort()
+    row = {"engine": "dbos", "workload": args.workload, "label": args.label, "n": args.n,
+           "completed": len(lat), "concurrency": args.concurrency, "rate": round(rate, 1),
+           "rate_unit": unit, "p50_ms": round(pct(lat, .5), 2), "p95_ms": round(pct(lat, .95), 2),
+           "p99_ms": round(pct(lat, .99), 2), "max_ms": round(lat[-1] if lat else 0, 2)}
+    if args.json:
+        print(json.dumps(row), flush=True)
+    else:
+        print(f"{args.workload} {what} n={args.n} completed={len(lat)} concurrency={args.concurrency}")
+        print(f"     {unit:10s} {'rate':>10s} {'p50 ms':>9s} {'p95 ms':>9s} {'p99 ms':>9s} {'max ms':>9s}")
+        print(f"     {'':10s} {rate:10.1f} {row['p50_ms']:9.2f} {row['p95_ms']:9.2f} {row['p99_ms']:9.2f} {row['max_ms']:9.2f}",
+              flush=True)
+
+
+def run_w1(args, deadline):
+    sends, ends = [0.0] * args.n, [0.0] * args.n
+
+    def one(i):
+        if time.time() > deadline:
+            return
+        sends[i] = now_ms()
+        ends[i] = w1_flow(i)["t_end"]
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as ex:
+        list(ex.map(one, range(args.n)))
+    lat = [e - s for s, e in zip(sends, ends) if e > 0]
+    done = [e for e in ends if e > 0]
+    first = min(s for s in sends if s > 0)
+    rate = len(done) / ((max(done) - first) / 1000.0) if done else 0.0
+    report(args, "3 checkpointed steps, call -> last step", "inst/s", lat, rate)
+    return len(lat) == args.n
+
+
+def run_w2(args, deadline):
+    tag = uuid.uuid4().hex[:8]
+    ids = [f"w2-{tag}-{i}" for i in range(args.n)]
+    handles = []
+    for wid in ids:
+        with SetWorkflowID(wid):
+            handles.append(DBOS.start_workflow(w2_flow))
+    while _waiting < args.n and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let the last ones enter recv after their checkpoint
+    sends = [0.0] * args.n
+
+    def sig(i):
+        if time.time() > deadline:
+            return
+        sends[i] = now_ms()
+        DBOS.send(ids[i], {"v": 1}, "go")
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as ex:
+        list(ex.map(sig, range(args.n)))
+    lat, ends = [], []
+    for i, h in enumerate(handles):
+        left = deadline - time.time()
+        if left <= 0 or sends[i] == 0:
+            continue
+        r = h.get_result()
+        ends.append(r["t_resumed"])
+        lat.append(r["t_resumed"] - sends[i])
+    first = min(s for s in sends if s > 0)
+    rate = len(ends) / ((max(ends) - first) / 1000.0) if ends else 0.0
+    report(args, "send -> recv returned", "resumes/s", lat, rate)
+    return len(lat) == args.n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", choices=["w1", "w2"], required=True)
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    url = os.environ.get("DBOS_SYSTEM_DATABASE_URL")
+    if not url:
+        print("set DBOS_SYSTEM_DATABASE_URL", file=sys.stderr)
+        return 2
+    config: DBOSConfig = {"name": "strand-bench-peer", "system_database_url": url,
+                          "log_level": "WARNING", "sys_db_pool_size": max(20, args.concurrency + 4)}
+    DBOS(config=config)
+    DBOS.launch()
+    deadline = time.time() + args.timeout
+    try:
+        ok = run_w1(args, deadline) if args.workload == "w1" else run_w2(args, deadline)
+    finally:
+        DBOS.destroy(destroy_registry=False)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
