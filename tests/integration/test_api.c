@@ -520,6 +520,43 @@ static void test_diagram(void)
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", life, inst_waiting);
     expect_problem(T_CAROL, "GET", path, NULL, 409, "instance_definition_mismatch", "/instance");
 
+    /* A process: its states and next edges. */
+    char process_doc[1024];
+    snprintf(process_doc, sizeof process_doc,
+             "{\"kind\":\"process\",\"name\":\"%s_proc\",\"version\":1,\"queues\":[\"verified\"],"
+             "\"start\":[\"submit\"],\"states\":[{\"id\":\"submit\",\"execute\":{\"transport\":\"http\","
+             "\"request\":{\"a\":\"1\"}},\"next\":[\"verify\"]},{\"id\":\"verify\",\"wait_until\":{\"combine\":"
+             "\"any_of\",\"commands\":[{\"type\":\"timer\",\"delay\":\"'1h'\"},{\"type\":\"queue\",\"name\":"
+             "\"verified\"}]},\"next\":[\"welcome\"]},{\"id\":\"welcome\",\"complete\":{\"ok\":true}}]}", flow);
+    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", process_doc, NULL), 201);
+    snprintf(path, sizeof path, "/v1/definitions/%s_proc/1/diagram.svg", flow);
+    CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
+    CU_ASSERT_FATAL(svg != NULL);
+    CU_ASSERT_TRUE(xml_well_formed(svg));
+    static const char *const states[] = {"start", "state-submit", "state-verify", "state-welcome"};
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+        svg_class(svg, states[i], cls, sizeof cls);
+        CU_ASSERT_STRING_EQUAL(cls, "node");
+    }
+    free(svg);
+    /* Its instance waits in submit for the worker's call (no dispatcher runs here). */
+    char proc_name[96];
+    snprintf(proc_name, sizeof proc_name, "%s_proc", flow);
+    char *pid_ = start(T_CAROL, proc_name, "proc-h7", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pid_);
+    CU_ASSERT_TRUE(wait_status(pid_, "waiting", 30));
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", proc_name, pid_);
+    CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
+    CU_ASSERT_FATAL(svg != NULL);
+    svg_class(svg, "state-submit", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node waiting");
+    svg_class(svg, "start", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node visited");
+    svg_class(svg, "state-verify", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node");
+    free(svg);
+    free(pid_);
+
     /* A lifecycle: created -pay-> paid; the instance waits in paid. */
     char body[512];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"h7-order\",\"event\":\"pay\","
