@@ -8,11 +8,13 @@
  * dead-lettered; a rejected transition), captures every service's /metrics, and runs
  * scripts/check_metrics.py over deploy/grafana/strand-dashboard.json and
  * deploy/prometheus/strand-alerts.yaml. Also checks that the workload moved the
- * metrics it should, that the checker does fail on an unknown metric, and the one-shot
+ * metrics it should (consumer lag too: it builds up while the executor is down and
+ * drains when it is back), that the checker does fail on an unknown metric, and the one-shot
  * strand-admin tool used by the Kubernetes Jobs (migrate a fresh database, create
  * topics under a fresh prefix, bad usage).
  */
 #include <libpq-fe.h>
+#include <signal.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,40 @@ static void test_workload(void)
     }
 }
 
+/* Consumer lag is real: signals produced while the executor is down show up as lag
+ * of its group once it is back, and drain to 0. */
+static void test_consumer_lag(void)
+{
+    CU_ASSERT_EQUAL_FATAL(it_stop(IT_EXECUTOR, SIGTERM, 30), 0);
+    char body[256];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{}}", flow_name);
+    for (int i = 0; i < 40; i++)
+        CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances", body, NULL), 401);
+    /* The START signals are on Kafka once the API's relay published them. */
+    CU_ASSERT_EQUAL(it_wait_number("SELECT (count(*) = 0)::int FROM strand.outbox"
+                                   " WHERE topic = 'signals' AND published_at IS NULL", 1, 20), 1);
+    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "100", 1);
+    CU_ASSERT_TRUE_FATAL(it_start(IT_EXECUTOR) > 0);
+    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "1000", 1);
+    char series[300];
+    snprintf(series, sizeof series,
+             "strand_kafka_consumer_lag_messages{group=\"%sexecutor\",topic=\"%ssignals\"}",
+             it_topic_prefix(), it_topic_prefix());
+    double max_lag = -1, last = -1;
+    time_t deadline = time(NULL) + 30;
+    while (time(NULL) < deadline) {
+        last = metric(IT_EXECUTOR, series);
+        if (last > max_lag)
+            max_lag = last;
+        if (max_lag > 0 && last == 0)
+            break;
+        usleep(20 * 1000);
+    }
+    printf(" (max lag %.0f, last %.0f) ", max_lag, last);
+    CU_ASSERT_TRUE(max_lag > 0);
+    CU_ASSERT_TRUE(last == 0);
+}
+
 static int check(const char *dashboard, const char *rules)
 {
     char cmd[4096];
@@ -351,7 +387,8 @@ int main(void)
     static const it_case_t cases[] = {
         {"workload through the four services", test_workload},
         {"dashboard and alert rules use exposed metrics", test_dashboard_and_alerts_use_exposed_metrics},
+        {"consumer lag builds up and drains", test_consumer_lag},
         {"strand-admin migrate and create-topics", test_admin_one_shot},
     };
-    return it_run_suite("metrics_exposed", cases, 3);
+    return it_run_suite("metrics_exposed", cases, 4);
 }
