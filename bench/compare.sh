@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Runs strand-bench W1-W4, the peer engines' W1/W2 (Restate, DBOS) on the same machine
+# in the same run, and the cost curves; writes the results into docs/benchmarks.md.
+#
+#   bench/compare.sh            full run (about 10 minutes on 2 cores)
+#   bench/compare.sh --quick    small N everywhere (a smoke run; does not touch the doc
+#                               unless STRAND_BENCH_WRITE_DOC=1)
+#
+# Uses the stack of scripts/stack.sh (STRAND_STACK_DIR, STRAND_PG_PORT, ... as there;
+# started if not running) and starts its own strand-api/executor/scheduler/monitor on
+# ports STRAND_BENCH_PORT_BASE..+4 (default 28180) from STRAND_BENCH_BUILD (default
+# build/, release). Peers come from .cache/peers (bench/peers/setup.sh, run here when
+# missing); Restate listens on PORT_BASE+10..+13; DBOS uses the database dbos_bench of
+# the same PostgreSQL. A peer that cannot be installed or started is reported as such
+# in the doc, and the run continues.
+#
+# Environment: STRAND_BENCH_N_W1 (5000), _N_W2 (1000), _N_W3 (10000), _N_W4 (300),
+# STRAND_BENCH_CONCURRENCY (16), STRAND_BENCH_CURVE_N (2000: W1 size at each curve
+# point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
+# STRAND_BENCH_NOTE (a sentence for the doc, e.g. what else ran on the machine).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+if [ $quick = 1 ]; then
+  N1=${STRAND_BENCH_N_W1:-300} N2=${STRAND_BENCH_N_W2:-200} N3=${STRAND_BENCH_N_W3:-1000}
+  N4=${STRAND_BENCH_N_W4:-50} CN=${STRAND_BENCH_CURVE_N:-300}
+  LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 3000"} W3MS=5000
+else
+  N1=${STRAND_BENCH_N_W1:-5000} N2=${STRAND_BENCH_N_W2:-1000} N3=${STRAND_BENCH_N_W3:-10000}
+  N4=${STRAND_BENCH_N_W4:-300} CN=${STRAND_BENCH_CURVE_N:-2000}
+  LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 10000 100000"} W3MS=20000
+fi
+C=${STRAND_BENCH_CONCURRENCY:-16}
+BUILD=${STRAND_BENCH_BUILD:-$repo/build}
+PB=${STRAND_BENCH_PORT_BASE:-28180}
+PEERS=${STRAND_PEERS_DIR:-$repo/.cache/peers}
+bench=$BUILD/bench/strand-bench
+[ -x "$bench" ] || { echo "compare: $bench missing; build first (scripts/build.sh release)" >&2; exit 1; }
+
+stack_dir=${STRAND_STACK_DIR:-$repo/.stack}
+work=$stack_dir/bench
+rm -rf "$work" && mkdir -p "$work/logs"
+results=$work/results.jsonl
+: >"$results"
+log() { echo "compare: $*" >&2; }
+
+scripts/stack.sh start >&2 || { log "stack did not start"; exit 1; }
+eval "$(scripts/stack.sh env)"
+pg_port=${STRAND_PG_PORT:-15432}
+psql_strand() { psql -h 127.0.0.1 -p "$pg_port" -U strand -d strand -Atq -v ON_ERROR_STOP=1 "$@"; }
+psql_admin() { psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -Atq -v ON_ERROR_STOP=1 "$@"; }
+
+# ---- Strand services --------------------------------------------------------------
+declare -A port=([api]=$PB [executor]=$((PB + 1)) [scheduler]=$((PB + 2)) [monitor]=$((PB + 3)))
+declare -A pid=()
+started=()
+start_svc() { # name binary-kind port
+  local name=$1 kind=$2 p=$3
+  STRAND_HTTP_PORT=$p STRAND_NODE_ID=bench-$name nohup "$BUILD/services/$kind/strand-$kind" \
+    >>"$work/logs/$name.log" 2>&1 </dev/null &
+  pid[$name]=$!
+  started+=($!)
+  local deadline=$((SECONDS + 90))
+  until curl -fsS "http://127.0.0.1:$p/readyz" >/dev/null 2>&1; do
+    kill -0 "${pid[$name]}" 2>/dev/null || { log "$name exited; see $work/logs/$name.log"; return 1; }
+    [ $SECONDS -lt $deadline ] || { log "$name not ready"; return 1; }
+    sleep 0.2
+  done
+}
+stop_pid() {
+  local p=$1
+  kill "$p" 2>/dev/null || return 0
+  for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+  kill -9 "$p" 2>/dev/null
+}
+cleanup() {
+  for p in "${started[@]}"; do stop_pid "$p"; done
+}
+trap cleanup EXIT
+
+for s in api executor scheduler monitor; do start_svc "$s" "$s" "${port[$s]}" || exit 1; done
+export STRAND_API_URL=http://127.0.0.1:${port[api]}
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+meta() { echo "{\"meta\":\"$1\",\"value\":$2}" >>"$results"; }
+
+sb() { # strand-bench args...; appends its JSON lines
+  log "strand-bench $*"
+  "$bench" --json "$@" --concurrency "$C" >>"$results" 2>>"$work/logs/strand-bench.err" ||
+    log "strand-bench $* did not complete every instance (see the table)"
+}
+
+t_start=$(date -u +%FT%TZ)
+meta started "\"$t_start\""
+meta host "\"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\""
+meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
+
+# ---- Strand W1-W4 -----------------------------------------------------------------
+sb --workload w1 --n "$N1" --storage --label main --timeout 600
+meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
+sb --workload w2 --n "$N2" --storage --label main --timeout 600
+sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
+sb --workload w4 --n "$N4" --storage --label main --timeout 600
+
+# ---- peers ------------------------------------------------------------------------
+peer_status() { echo "{\"peer\":\"$1\",\"status\":\"$2\",\"detail\":$(printf '%s' "$3" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$results"; }
+if [ ! -x "$PEERS/restate/node_modules/.bin/restate-server" ] || [ ! -x "$PEERS/dbos/venv/bin/python" ]; then
+  bench/peers/setup.sh >"$work/logs/peers-setup.log" 2>&1 || log "peer setup failed; see $work/logs/peers-setup.log"
+fi
+
+run_restate() {
+  local dir=$PEERS/restate rs=$work/restate
+  local server=$dir/node_modules/.bin/restate-server
+  [ -x "$server" ] || { peer_status restate missing "restate-server not installed (bench/peers/setup.sh failed: $(tail -n 3 "$work/logs/peers-setup.log" 2>/dev/null))"; return; }
+  mkdir -p "$rs"
+  cp bench/peers/restate/*.mjs "$dir/"
+  cat >"$rs/restate.toml" <<EOF
+bind-port = $((PB + 12))
+disable-telemetry = true
+[ingress]
+bind-port = $((PB + 10))
+[admin]
+bind-port = $((PB + 11))
+EOF
+  RESTATE_BASE_DIR=$rs/data nohup "$server" --no-logo --bind-ip 127.0.0.1 --listen-mode tcp -c "$rs/restate.toml" \
+    >"$work/logs/restate-server.log" 2>&1 </dev/null &
+  local spid=$!
+  started+=($spid)
+  RESTATE_SERVICE_PORT=$((PB + 13)) nohup node --import "$dir/polyfill.mjs" "$dir/service.mjs" \
+    >"$work/logs/restate-service.log" 2>&1 </dev/null &
+  local vpid=$!
+  started+=($vpid)
+  local deadline=$((SECONDS + 60)) ok=0
+  while [ $SECONDS -lt $deadline ]; do
+    if curl -fsS -X POST "http://127.0.0.1:$((PB + 11))/deployments" -H 'content-type: application/json' \
+         -d "{\"uri\":\"http://127.0.0.1:$((PB + 13))\"}" >"$work/logs/restate-register.json" 2>/dev/null; then ok=1; break; fi
+    sleep 0.5
+  done
+  if [ $ok = 1 ]; then
+    sleep 1
+    peer_status restate ok "restate-server $("$server" --version 2>/dev/null | awk '{print $2}'), @restatedev/restate-sdk $(node -p "require('$dir/node_modules/@restatedev/restate-sdk/package.json').version") on Node $(node --version)"
+    for w in w1 w2; do
+      local n=$N1; [ $w = w2 ] && n=$N2
+      log "restate $w n=$n"
+      RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
+        timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label main --json \
+        >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
+    done
+    echo "{\"meta\":\"restate_rss_kb\",\"value\":$(rss_kb $spid)}" >>"$results"
+  else
+    peer_status restate failed "restate-server did not accept the deployment within 60 s: $(tail -n 5 "$work/logs/restate-server.log")"
+  fi
+  stop_pid "$vpid"
+  stop_pid "$spid"
+}
+
+run_dbos() {
+  local py=$PEERS/dbos/venv/bin/python
+  [ -x "$py" ] || { peer_status dbos missing "dbos not installed (bench/peers/setup.sh failed)"; return; }
+  if [ "$(psql_admin -c "SELECT count(*) FROM pg_database WHERE datname = 'dbos_bench'")" = 0 ]; then
+    psql_admin -c "CREATE DATABASE dbos_bench OWNER strand" || { peer_status dbos failed "could not create the database dbos_bench"; return; }
+  fi
+  export DBOS_SYSTEM_DATABASE_URL="postgresql://strand@127.0.0.1:$pg_port/dbos_bench"
+  peer_status dbos ok "dbos $("$py" -c 'import importlib.metadata as m; print(m.version("dbos"))') on Python $("$py" -c 'import platform; print(platform.python_version())'), system database on the same PostgreSQL 15"
+  for w in w1 w2; do
+    local n=$N1; [ $w = w2 ] && n=$N2
+    log "dbos $w n=$n"
+    timeout 900 "$py" bench/peers/dbos/bench.py --workload $w --n "$n" --concurrency "$C" --timeout 600 --label main --json \
+      >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
+  done
+}
+run_restate
+run_dbos
+
+# ---- cost curves ------------------------------------------------------------------
+waiting_now() { psql_strand -c "SELECT count(*) FROM strand.instances WHERE status = 'waiting'"; }
+curve_point() { # label
+  local w; w=$(waiting_now)
+  sb --workload w1 --n "$CN" --label "$1" --timeout 600
+  local db; db=$(psql_strand -c "SELECT pg_database_size('strand')")
+  local ex="${pid[executor]}" rss2=0
+  [ -n "${pid[executor2]:-}" ] && rss2=$(rss_kb "${pid[executor2]}")
+  echo "{\"curve\":\"$1\",\"waiting\":$w,\"executor_rss_kb\":$(rss_kb "$ex"),\"executor2_rss_kb\":$rss2,\"db_bytes\":$db}" >>"$results"
+}
+curve_point "waiting-base"
+for level in $LEVELS; do
+  have=$(waiting_now)
+  if [ $((level - have)) -ge 2 ]; then
+    log "fill to $level waiting instances"
+    "$bench" --json --workload fill --n $((level - have - 1)) --timeout 900 >>"$results" 2>>"$work/logs/strand-bench.err"
+  fi
+  curve_point "waiting-$level"
+done
+# the storage of waiting instances: rows and bytes per waiting instance (fill copies real ones)
+psql_strand -c "VACUUM ANALYZE" 2>/dev/null
+for t in instances runtime_states history; do
+  echo "{\"table\":\"$t\",\"rows\":$(psql_strand -c "SELECT count(*) FROM strand.$t"),\"bytes\":$(psql_strand -c "SELECT pg_total_relation_size('strand.$t')")}" >>"$results"
+done
+log "second executor replica"
+start_svc executor2 executor $((PB + 4)) && sleep 8 && curve_point "replicas-2"
+meta finished "\"$(date -u +%FT%TZ)\""
+meta loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+
+cmdline="bench/compare.sh${1:+ $1}"
+if [ $quick = 0 ] || [ "${STRAND_BENCH_WRITE_DOC:-0}" = 1 ]; then
+  python3 bench/report.py "$results" docs/benchmarks.md "$cmdline" "${STRAND_BENCH_NOTE:-}" &&
+    log "wrote docs/benchmarks.md"
+else
+  python3 bench/report.py "$results" - "$cmdline" "${STRAND_BENCH_NOTE:-}"
+fi
+log "raw results: $results"
