@@ -217,7 +217,7 @@ static void test_consumer_lag(void)
     char body[256];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{}}", flow_name);
     for (int i = 0; i < 40; i++)
-        CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances", body, NULL), 401);
+        CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances", body, NULL), 201);
     /* The START signals are on Kafka once the API's relay published them. */
     CU_ASSERT_EQUAL(it_wait_number("SELECT (count(*) = 0)::int FROM strand.outbox"
                                    " WHERE topic = 'signals' AND published_at IS NULL", 1, 20), 1);
