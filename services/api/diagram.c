@@ -426,6 +426,10 @@ static void draw_process(dot_t *d, const json_t *canonical, const json_t *snapsh
     json_t *s, *n, *th, *frame;
     if (snapshot != NULL) {
         json_object_set_new(d->visited, "start", json_true());
+        char failed[200];
+        process_state_of(canonical, str(json_object_get(snapshot, "error"), "step"), failed, sizeof failed);
+        if (failed[0])
+            json_object_set_new(d->failed, failed, json_true());
         json_array_foreach(json_object_get(snapshot, "threads"), i, th) {
             char state[200];
             process_state_of(canonical, str(json_object_get(th, "wait"), "step"), state, sizeof state);

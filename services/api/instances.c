@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/engine.h"
 #include "wait_loop.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
@@ -457,7 +458,10 @@ static const char *const sql_runtime_view =
     "   'stage', a.stage, 'due_at', a.due_at, 'raises', a.raises)), '[]')::text"
     "   FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     "   WHERE w.instance_id = rs.instance_id AND a.due_at IS NOT NULL),"
-    " (SELECT count(*) FROM strand.signal_buffer b WHERE b.instance_id = rs.instance_id)"
+    " (SELECT count(*) FROM strand.signal_buffer b WHERE b.instance_id = rs.instance_id),"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', t.kind, 'due_at', t.due_at,"
+    "   'token', t.waiting_token) ORDER BY t.due_at), '[]')::text"
+    "   FROM strand.timers t WHERE t.instance_id = rs.instance_id AND t.fired_at IS NULL)"
     " FROM strand.runtime_states rs WHERE rs.instance_id = $1::uuid";
 
 static json_t *json_column(PGresult *res, int row, int col)
@@ -555,6 +559,11 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
             json_object_set_new(body, "calls_in_flight", json_column(res, 0, 10));
             json_object_set_new(body, "pending_acks", json_column(res, 0, 11));
             json_object_set_new(body, "buffered_signals", json_integer(atoll(PQgetvalue(res, 0, 12))));
+            /* what would wake it: signal names it waits for, and its pending timers */
+            json_t *snapshot = json_object_get(body, "snapshot");
+            json_object_set_new(body, "waiting_for_signals",
+                                json_is_object(snapshot) ? st_snapshot_waiting_signals(snapshot) : json_array());
+            json_object_set_new(body, "pending_timers", json_column(res, 0, 13));
             st_answer_set(&answer, 200, body);
         }
         PQclear(res);

@@ -467,6 +467,9 @@ static void test_instances(void)
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", inst_waiting);
     CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "open_tasks")), 1);
+    CU_ASSERT_TRUE(json_is_array(json_object_get(a, "waiting_for_signals")) &&
+                   json_array_size(json_object_get(a, "waiting_for_signals")) == 0);
+    CU_ASSERT_TRUE(json_is_array(json_object_get(a, "pending_timers")));
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(a, "waiting"), "kind")) ?: "", "task");
     json_decref(a);
     expect_problem(T_CAROL, "GET", "/v1/instances/not-a-uuid/runtime", NULL, 400, "invalid_id", "/id");
@@ -520,14 +523,16 @@ static void test_diagram(void)
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", life, inst_waiting);
     expect_problem(T_CAROL, "GET", path, NULL, 409, "instance_definition_mismatch", "/instance");
 
-    /* A process: its states and next edges. */
+    /* A process: its states and next edges. Its instance waits in verify for the
+     * queue "verified"; signalled, it moves to submit, whose call has no URL and fails. */
     char process_doc[1024];
     snprintf(process_doc, sizeof process_doc,
              "{\"kind\":\"process\",\"name\":\"%s_proc\",\"version\":1,\"queues\":[\"verified\"],"
-             "\"start\":[\"submit\"],\"states\":[{\"id\":\"submit\",\"execute\":{\"transport\":\"http\","
-             "\"request\":{\"a\":\"1\"}},\"next\":[\"verify\"]},{\"id\":\"verify\",\"wait_until\":{\"combine\":"
-             "\"any_of\",\"commands\":[{\"type\":\"timer\",\"delay\":\"'1h'\"},{\"type\":\"queue\",\"name\":"
-             "\"verified\"}]},\"next\":[\"welcome\"]},{\"id\":\"welcome\",\"complete\":{\"ok\":true}}]}", flow);
+             "\"start\":[\"verify\"],\"states\":["
+             "{\"id\":\"verify\",\"wait_until\":{\"combine\":\"any_of\",\"commands\":[{\"type\":\"timer\","
+             "\"delay\":\"'1h'\"},{\"type\":\"queue\",\"name\":\"verified\"}]},\"next\":[\"submit\"]},"
+             "{\"id\":\"submit\",\"execute\":{\"transport\":\"http\",\"request\":{\"a\":\"1\"}},\"next\":[\"welcome\"]},"
+             "{\"id\":\"welcome\",\"complete\":{\"ok\":true}}]}", flow);
     CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", process_doc, NULL), 201);
     snprintf(path, sizeof path, "/v1/definitions/%s_proc/1/diagram.svg", flow);
     CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
@@ -539,21 +544,36 @@ static void test_diagram(void)
         CU_ASSERT_STRING_EQUAL(cls, "node");
     }
     free(svg);
-    /* Its instance waits in submit for the worker's call (no dispatcher runs here). */
     char proc_name[96];
     snprintf(proc_name, sizeof proc_name, "%s_proc", flow);
-    char *pid_ = start(T_CAROL, proc_name, "proc-h7", NULL);
+    char *pid_ = start(T_CAROL, proc_name, proc_name, NULL);   /* a process id of its own */
     CU_ASSERT_PTR_NOT_NULL_FATAL(pid_);
     CU_ASSERT_TRUE(wait_status(pid_, "waiting", 30));
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", pid_);
+    json_t *rt = NULL;
+    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &rt), 200);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(json_object_get(rt, "waiting_for_signals"), 0)) ?: "",
+                           "verified");
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(rt, "pending_timers")), 1);
+    json_decref(rt);
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", proc_name, pid_);
+    CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
+    CU_ASSERT_FATAL(svg != NULL);
+    svg_class(svg, "state-verify", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node waiting");
+    svg_class(svg, "start", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node visited");
+    svg_class(svg, "state-submit", cls, sizeof cls);
+    CU_ASSERT_STRING_EQUAL(cls, "node");
+    free(svg);
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", pid_);
+    CU_ASSERT_EQUAL(req(T_CAROL, "POST", path, "{\"name\":\"verified\"}", NULL), 202);
+    CU_ASSERT_TRUE(wait_status(pid_, "failed", 30));
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", proc_name, pid_);
     CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
     CU_ASSERT_FATAL(svg != NULL);
     svg_class(svg, "state-submit", cls, sizeof cls);
-    CU_ASSERT_STRING_EQUAL(cls, "node waiting");
-    svg_class(svg, "start", cls, sizeof cls);
-    CU_ASSERT_STRING_EQUAL(cls, "node visited");
-    svg_class(svg, "state-verify", cls, sizeof cls);
-    CU_ASSERT_STRING_EQUAL(cls, "node");
+    CU_ASSERT_STRING_EQUAL(cls, "node failed");
     free(svg);
     free(pid_);
 
