@@ -124,9 +124,10 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
             continue;
         const char *t_params[] = {PQgetvalue(res, i, 0)};
         const char *h_params[] = {PQgetvalue(res, i, 0), new_id};
-        err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
+        /* the runtime state first: the executor locks it before the instance row */
+        err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
         if (err == ST_OK)
-            err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
+            err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
         if (err == ST_OK)
             err = st_pg_exec(conn, sql_reuse_history, 2, h_params, NULL, eb);
     }

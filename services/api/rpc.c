@@ -352,7 +352,7 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
         st_uuid_new(uuid);
         snprintf(key, sizeof key, "%s:rpc:%s:%s", id, name, uuid);
     }
-    json_t *request = json_pack("{s:s, s:s, s:O, s:s, s:s, s:s, s:O, s:o}", "kind", "rpc", "process",
+    json_t *request = json_pack("{s:s, s:O, s:s, s:s, s:s, s:s, s:O, s:o}", "kind", "rpc", "process",
                                 json_object_get(canonical, "name"), "rpc", name, "process_id", process_id,
                                 "instance_id", id, "idempotency_key", key, "input", input ? input : json_null(),
                                 "attributes", attributes);

@@ -356,9 +356,19 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
         PQclear(res);
         st_run_result_t next = {0};
         err = st_interp_run(defn, run->snapshot, event, sig->instance_id, st_now_ms(), &next, eb);
+        /* A process's timeline records a buffered queue message when it is consumed. */
+        if (err == ST_OK && strcmp(st_defn_kind(defn), "process") == 0)
+            err = history_add_tx(conn, sig->instance_id, "command_result",
+                                 json_pack("{s:O, s:s, s:O, s:O, s:b}", "signal_id",
+                                           json_object_get(event, "signal_id"), "command", "queue", "queue",
+                                           json_object_get(event, "name"), "message",
+                                           json_object_get(event, "payload"), "buffered", 1),
+                                 eb);
         json_decref(event);
-        if (err != ST_OK)
+        if (err != ST_OK) {
+            st_run_result_close(&next);
             return err;
+        }
         json_array_extend(run->effects, next.effects);
         json_decref(run->snapshot);
         json_decref(next.effects);
