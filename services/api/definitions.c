@@ -359,7 +359,7 @@ static void handle_diagram(st_http_req_t *req, void *ctx)
     } else if (ires != NULL && PQntuples(ires) == 0) {
         st_http_reply_problem(req, 404, "instance_not_found", "no such instance", "/instance", NULL);
     } else if (ires != NULL && (strcmp(PQgetvalue(ires, 0, 0), name) != 0 ||
-                                strcmp(PQgetvalue(ires, 0, 1), version) != 0)) {
+                                atoi(PQgetvalue(ires, 0, 1)) != atoi(version))) {
         char msg[300];
         snprintf(msg, sizeof msg, "the instance runs %.100s version %s, not this definition",
                  PQgetvalue(ires, 0, 0), PQgetvalue(ires, 0, 1));
