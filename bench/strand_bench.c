@@ -711,6 +711,10 @@ static int parse_int(const char *name, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
