@@ -224,6 +224,7 @@ static void usage(void)
           "  instances runtime ID            why it waits: snapshot, tasks, calls, ACKs\n"
           "  instances wait ID [--timeout SECONDS]   wait until the instance ends\n"
           "  instances signal ID NAME [--payload JSON] [--request-id ID]\n"
+          "  instances rpc ID NAME [--input JSON] [--request-id ID]   a process's RPC\n"
           "  instances cancel ID [--reason TEXT]\n"
           "  instances terminate ID [--reason TEXT]   (admin)\n"
           "  signals send NAME --business-ref R [--definition D] [--payload JSON]\n"
@@ -434,6 +435,16 @@ static int cmd_instances(const ctl_t *ctl, const args_t *a)
             return 2;
         }
         snprintf(path, sizeof path, "/v1/instances/%s/signals", a->pos[1]);
+        return post(ctl, path, body, print_object);
+    }
+    if (strcmp(sub, "rpc") == 0 && a->npos == 3) {
+        json_t *body = json_object();
+        if (!copy_opt(a, "input", body, "input", 1) ||
+            !copy_opt(a, "request-id", body, "request_id", 0)) {
+            json_decref(body);
+            return 2;
+        }
+        snprintf(path, sizeof path, "/v1/instances/%s/rpc/%s", a->pos[1], a->pos[2]);
         return post(ctl, path, body, print_object);
     }
     if ((strcmp(sub, "cancel") == 0 || strcmp(sub, "terminate") == 0) && a->npos == 2) {
