@@ -469,6 +469,78 @@ static json_t *problems_of(const char *text)
     return problems;
 }
 
+/* The worker protocol's request (execute with "url") and global attributes: the START
+ * event's globals are merged into state and reach the worker with the locals and the
+ * command results; the canonical form names the table, key and columns. */
+static const char *PROTOCOL =
+    "{\"kind\":\"process\",\"name\":\"proto\",\"version\":1,\"queues\":[\"go\"],"
+    "\"global_table\":{\"table\":\"app.users\",\"key\":\"id\"},"
+    "\"attributes\":{\"local\":{\"n\":{\"default\":1}},\"global\":{\"status\":{},\"src\":{\"column\":\"source\"}}},"
+    "\"start\":[\"w\"],\"states\":[{\"id\":\"w\",\"wait_until\":{\"combine\":\"any_of\",\"commands\":["
+    "{\"type\":\"queue\",\"name\":\"go\"},{\"type\":\"timer\",\"delay\":\"'1h'\"}]},"
+    "\"execute\":{\"transport\":\"http\",\"url\":\"http://w:1/x\"},\"next\":[\"w\"]}]}";
+
+static void test_worker_protocol_request_and_globals(void)
+{
+    st_defn_t *d = compile(PROTOCOL);
+    const json_t *g = json_object_get(st_defn_canonical(d), "globals");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(g, "table")), "app.users");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(g, "key")), "id");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(g, "columns"), "src")), "source");
+    json_t *snap = NULL, *fx = NULL;
+    CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:{s:i}, s:{s:{s:s, s:n}}}", "type", "START", "input", "k", 7,
+                                            "payload", "globals", "status", "waiting", "src"), &fx),
+                    ST_RUN_WAITING);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "state"), "status")), "waiting");
+    json_t *wait = json_object_get(json_array_get(json_object_get(snap, "threads"), 1), "wait");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wait);
+    /* the queue message, then the call with the protocol's request */
+    json_t *msg = json_pack("{s:s, s:s, s:{s:i}}", "type", "SIGNAL", "name", "go", "payload", "m", 1);
+    CU_ASSERT_EQUAL(run(d, &snap, msg, &fx), ST_RUN_WAITING);
+    json_t *call = effect_of(fx, "make_call", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(call);
+    const json_t *req = json_object_get(call, "request");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(req, "url")), "http://w:1/x");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(req, "protocol")), "strand.process/1");
+    const json_t *body = json_object_get(req, "body");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body, "kind")), "execute");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body, "process")), "proto");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body, "state")), "w");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(body, "input"), "k")), 7);
+    const json_t *attrs = json_object_get(body, "attributes");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(attrs, "n")), 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(attrs, "status")), "waiting");
+    CU_ASSERT_TRUE(json_is_null(json_object_get(attrs, "src")));
+    const json_t *results = json_object_get(body, "command_results");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(results, "go"), "m")), 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(results, "fired")), "go");
+    /* the decision updates a global attribute in state (the executor writes it back) */
+    char *tok = token_of(call);
+    CU_ASSERT_EQUAL(run(d, &snap, ev("CALL_RESULT", tok, call_ok(json_pack("{s:{s:s}, s:b}", "attributes", "status",
+                                                                          "verified", "dead_end", 1))), &fx),
+                    ST_RUN_COMPLETED);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "state"), "status")), "verified");
+    free(tok);
+    json_decref(snap);
+    json_decref(fx);
+    st_defn_free(d);
+
+    /* validation of the new fields */
+    json_t *p = problems_of(
+        "{\"kind\":\"process\",\"name\":\"g\",\"version\":1,\"attributes\":{\"global\":{\"a\":{\"column\":\"Bad Col\"},"
+        "\"id\":{}}},\"global_table\":{\"table\":\"App.users\",\"key\":\"id\"},"
+        "\"rpcs\":[{\"name\":\"r\",\"url\":\"ftp://x\",\"timeout_ms\":0}],\"start\":[\"s\"],\"states\":["
+        "{\"id\":\"s\",\"execute\":{\"transport\":\"http\",\"url\":\"http://x/'\",\"request\":{}}}]}");
+    CU_ASSERT_TRUE(has_problem(p, "/global_table", "global_table"));
+    CU_ASSERT_TRUE(has_problem(p, "/attributes/global/a/column", "lower-case identifier"));
+    CU_ASSERT_TRUE(has_problem(p, "/attributes/global/id/column", "key column"));
+    CU_ASSERT_TRUE(has_problem(p, "/rpcs/0", "url"));
+    CU_ASSERT_TRUE(has_problem(p, "/rpcs/0", "timeout_ms"));
+    CU_ASSERT_TRUE(has_problem(p, "/states/0/execute/url", "http(s) URL"));
+    CU_ASSERT_TRUE(has_problem(p, "/states/0/execute/url", "not both"));
+    json_decref(p);
+}
+
 static void test_every_validator_error(void)
 {
     json_t *p = problems_of(
@@ -519,4 +591,5 @@ ST_TEST_MAIN("process", ST_TEST(test_signup_verified_by_queue),
              ST_TEST(test_parallel_next_states_and_dead_ends),
              ST_TEST(test_fail_decision_and_process_timeout),
              ST_TEST(test_canonical_recompiles_identically), ST_TEST(test_random_event_sequences),
-             ST_TEST(test_waits_for_sees_every_thread), ST_TEST(test_every_validator_error))
+             ST_TEST(test_waits_for_sees_every_thread), ST_TEST(test_every_validator_error),
+             ST_TEST(test_worker_protocol_request_and_globals))
