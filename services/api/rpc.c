@@ -25,6 +25,7 @@
 #include "api.h"
 #include "strand/globals.h"
 #include "strand/http.h"
+#include "strand/log.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
@@ -368,6 +369,19 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
     apply_answer(conn, id, PQgetvalue(res, 0, 3), canonical, process_id, globals, answer, name, input, out);
 
 done:
+    /* A refused or failed call on a live process is in the timeline too. */
+    if (out->status >= 400 && canonical != NULL && out->body != NULL) {
+        json_t *detail = json_pack("{s:s, s:i, s:O}", "rpc", name, "status", out->status, "problem", out->body);
+        char *text = json_dumps(detail, JSON_COMPACT);
+        const char *hparams[] = {id, text};
+        st_errbuf_t heb;
+        if (text != NULL &&
+            st_pg_exec(conn, "INSERT INTO strand.history (instance_id, kind, detail)"
+                             " VALUES ($1::uuid, 'rpc_failed', $2::jsonb)", 2, hparams, NULL, &heb) != ST_OK)
+            st_log_warn("could not record a failed rpc", "%s", heb.msg);
+        free(text);
+        json_decref(detail);
+    }
     PQclear(res);
     json_decref(canonical);
     json_decref(snapshot);

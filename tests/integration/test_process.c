@@ -258,6 +258,7 @@ static void test_signup_verified_by_rpc(void)
     CU_ASSERT_EQUAL(post(path, "{}", NULL), 409);
     snprintf(path, sizeof path, "/v1/instances/%s/rpc/nope", id);
     CU_ASSERT_EQUAL(post(path, "{}", NULL), 404);
+    CU_ASSERT_EQUAL(wait_history(id, "rpc_failed", 2, 1), 2);   /* refused calls are in the timeline */
     free(id);
 }
 
@@ -525,6 +526,31 @@ static void test_worker_retried_with_backoff(void)
     free(name);
 }
 
+/* The process timeout is a durable timer of the scheduler: a process that waits for a
+ * queue message that never comes fails with process_timeout. */
+static void test_process_timeout(void)
+{
+    char *name = import_static("timeout", NULL,
+                               "\"timeout\":\"'1s'\",\"queues\":[\"never\"],\"start\":[\"s\"],\"states\":["
+                               "{\"id\":\"s\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"never\"}]},"
+                               "\"complete\":{}}]");
+    char ref[80];
+    snprintf(ref, sizeof ref, "timeout_%s", sfx);
+    long status;
+    char *id = start_process(name, ref, "{}", &status);
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    json_t *failed = it_wait_instance(id, "failed", 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(failed);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(failed, "error"), "code")),
+                           "process_timeout");
+    json_decref(failed);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.timers WHERE instance_id = '%s' AND fired_at IS NOT NULL", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    free(id);
+    free(name);
+}
+
 static void test_bad_input(void)
 {
     json_t *answer = NULL;
@@ -567,6 +593,7 @@ int main(void)
         {"parallel next states and dead ends", test_parallel_next_states_and_dead_ends},
         {"id reuse policies", test_id_reuse_policies},
         {"worker retried with backoff", test_worker_retried_with_backoff},
+        {"process timeout", test_process_timeout},
         {"bad input", test_bad_input},
         {"teardown", test_teardown},
     };
