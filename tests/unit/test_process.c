@@ -30,7 +30,7 @@ static const char *SIGNUP =
     "\"timeout\":\"'30d'\",\"queues\":[\"verified\"],"
     "\"attributes\":{\"local\":{\"reminders\":{\"default\":0},\"channel\":{\"default\":\"email\"}},"
     " \"global\":{\"customer_status\":{\"table\":\"customers\",\"column\":\"status\"}}},"
-    "\"global_table\":{\"table\":\"customers\",\"key\":\"id\"},\"rpcs\":[{\"name\":\"verify_email\",\"queue\":\"verified\"}],\"start\":[\"submit\"],\"states\":["
+    "\"global_table\":{\"table\":\"app.customers\",\"key\":\"id\"},\"rpcs\":[{\"name\":\"verify_email\",\"queue\":\"verified\"}],\"start\":[\"submit\"],\"states\":["
     "{\"id\":\"submit\",\"execute\":{\"transport\":\"http\",\"request\":{\"action\":\"'send_verification'\","
     " \"email\":\"input.email\"},\"timeout\":\"'30s'\",\"retry\":{\"max_attempts\":3,\"backoff_ms\":1000,"
     " \"multiplier\":2}},\"next\":[\"verify\"]},"
@@ -528,7 +528,7 @@ static void test_worker_protocol_request_and_globals(void)
     /* validation of the new fields */
     json_t *p = problems_of(
         "{\"kind\":\"process\",\"name\":\"g\",\"version\":1,\"attributes\":{\"global\":{\"a\":{\"column\":\"Bad Col\"},"
-        "\"id\":{}}},\"global_table\":{\"table\":\"App.users\",\"key\":\"id\"},"
+        "\"id\":{}}},\"global_table\":{\"table\":\"strand.instances\",\"key\":\"id\"},"
         "\"rpcs\":[{\"name\":\"r\",\"url\":\"ftp://x\",\"timeout_ms\":0}],\"start\":[\"s\"],\"states\":["
         "{\"id\":\"s\",\"execute\":{\"transport\":\"http\",\"url\":\"http://x/'\",\"request\":{}}}]}");
     CU_ASSERT_TRUE(has_problem(p, "/global_table", "global_table"));

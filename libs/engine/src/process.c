@@ -106,7 +106,8 @@ static int valid_ident(const char *s)
     return 1;
 }
 
-/* "table" or "schema.table", each part a valid identifier. */
+/* "schema.table", each part a valid identifier, in a schema of the user's own: never
+ * Strand's schema or PostgreSQL's catalogs. */
 static int valid_table(const char *s)
 {
     if (s == NULL || strlen(s) > 127)
@@ -115,8 +116,10 @@ static int valid_table(const char *s)
     snprintf(buf, sizeof buf, "%s", s);
     char *dot = strchr(buf, '.');
     if (dot == NULL)
-        return valid_ident(buf);
+        return 0;
     *dot = '\0';
+    if (strcmp(buf, "strand") == 0 || strncmp(buf, "pg_", 3) == 0 || strcmp(buf, "information_schema") == 0)
+        return 0;
     return valid_ident(buf) && valid_ident(dot + 1);
 }
 
@@ -363,7 +366,8 @@ void st_process_validate(const json_t *doc, json_t *problems)
     if (json_object_size(globals) > 0 || gt != NULL) {
         if (!json_is_object(gt) || !valid_table(str(gt, "table")) || !valid_ident(str(gt, "key")))
             problem(problems, "/global_table", "global attributes need global_table {table: "
-                    "\"schema.table\", key: \"key_column\"} (lower-case identifiers)%s", NULL);
+                    "\"schema.table\", key: \"key_column\"} (lower-case identifiers; a schema of "
+                    "your own, not strand or pg_*)%s", NULL);
         json_object_foreach((json_t *)globals, key, v) {
             const char *column = json_is_object(v) && str(v, "column") ? str(v, "column") : key;
             snprintf(p, sizeof p, "/attributes/global/%s/column", key);
