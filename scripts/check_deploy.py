@@ -10,7 +10,8 @@ scripts/check_deploy.sh does (which runs this with --rendered DIR --repo REPO):
   ScaledObject instead and no HPA), and an autoscaled Deployment sets no replicas; Jobs run strand-admin migrate / create-topics;
 - the KEDA ScaledObject (a CRD, no bundled schema) has the fields KEDA needs;
 - Dockerfile: multi-stage, Debian slim runtime, numeric non-root USER, every binary
-  the manifests run is installed by the build (an install(TARGETS) in CMake);
+  the manifests run is installed by the build (an install(TARGETS) in CMake), and
+  (on Debian 12) every package it installs exists;
 - the Grafana dashboard is JSON with unique panel ids and PromQL targets; the alert
   rules are a Prometheus rule file (the metric names themselves are checked against
   the running services by tests/integration/test_metrics_exposed.c).
@@ -232,11 +233,36 @@ def check_dockerfile(repo, binaries_run):
     if not uid.isdigit() or int(uid) == 0:
         problem(where, "the runtime stage needs a numeric non-root USER (runAsNonRoot)")
     text = "\n".join(lines)
+    check_debian_packages(where, lines)
     if "scripts/build.sh release" not in text:
         problem(where, "must build with scripts/build.sh release, as CI does")
     for b in sorted(binaries_run):
         if b not in installed_binaries(repo):
             problem(where, f"{b} is run by the manifests but not installed by cmake --install")
+
+
+def check_debian_packages(where, lines):
+    """On a Debian 12 machine (like CI), every package an apt-get install line names
+    must exist in the archive this machine knows (apt-cache show)."""
+    try:
+        with open("/etc/debian_version") as f:
+            if not f.read().startswith("12"):
+                return
+    except OSError:
+        return
+    import shutil
+    import subprocess
+    if shutil.which("apt-cache") is None:
+        return
+    for line in lines:
+        for m in re.finditer(r"apt-get install ([^&;]*)", line):
+            for pkg in m.group(1).split():
+                if pkg.startswith("-"):
+                    continue
+                r = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                if r.returncode != 0:
+                    problem(where, f"no Debian 12 package named {pkg!r}")
 
 
 def check_dashboard(repo):
