@@ -253,6 +253,13 @@ static void test_signup_verified_by_rpc(void)
     snprintf(path, sizeof path, "/v1/instances/%s/history", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, NULL), 200);
 
+    /* a repeated request_id is answered as a duplicate and changes nothing */
+    snprintf(path, sizeof path, "/v1/instances/%s/rpc/verify", id);
+    answer = NULL;
+    CU_ASSERT_EQUAL(post(path, "{\"input\":{\"source\":\"rpc\"},\"request_id\":\"click-1\"}", &answer), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(wait_history(id, "rpc", 1, 1), 1);
     /* an ended process takes no rpc; an undeclared rpc is a 404 */
     snprintf(path, sizeof path, "/v1/instances/%s/rpc/verify", id);
     CU_ASSERT_EQUAL(post(path, "{}", NULL), 409);
