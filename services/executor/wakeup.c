@@ -422,7 +422,12 @@ static st_err_t process_history_tx(PGconn *conn, const st_signal_t *sig, const s
         char name[128] = "";
         if (path && strncmp(path, "/states/", 8) == 0)
             sscanf(path + 8, "%127[^/]", name);
-        if (name[0])
+        int seen = 0;
+        size_t j;
+        json_t *s;
+        json_array_foreach(states, j, s)
+            seen |= strcmp(json_string_value(s), name) == 0;
+        if (name[0] && !seen)
             json_array_append_new(states, json_string(name));
     }
     json_object_set_new(detail, "waiting_in", states);
