@@ -254,15 +254,17 @@ def check_debian_packages(where, lines):
     import subprocess
     if shutil.which("apt-cache") is None:
         return
-    for line in lines:
-        for m in re.finditer(r"apt-get install ([^&;]*)", line):
-            for pkg in m.group(1).split():
-                if pkg.startswith("-"):
-                    continue
-                r = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                if r.returncode != 0:
-                    problem(where, f"no Debian 12 package named {pkg!r}")
+    pkgs = [pkg for line in lines for m in re.finditer(r"apt-get install ([^&;]*)", line)
+            for pkg in m.group(1).split() if not pkg.startswith("-")]
+
+    def known(names):
+        return subprocess.run(["apt-cache", "show", "--no-all-versions"] + names,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+    if pkgs and not known(pkgs):  # one call; only on failure, find which one
+        for pkg in pkgs:
+            if not known([pkg]):
+                problem(where, f"no Debian 12 package named {pkg!r}")
 
 
 def check_dashboard(repo):
