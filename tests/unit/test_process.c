@@ -541,6 +541,78 @@ static void test_worker_protocol_request_and_globals(void)
     json_decref(p);
 }
 
+/* waitUntil answered by the worker: it picks a timer and queues, any_of or all_of. */
+static const char *DYNWAIT =
+    "{\"kind\":\"process\",\"name\":\"dyn\",\"version\":1,\"queues\":[\"go\",\"stop\"],\"start\":[\"w\"],"
+    "\"states\":[{\"id\":\"w\",\"wait_until\":{\"url\":\"http://w:1/wait\"},"
+    "\"execute\":{\"transport\":\"http\",\"url\":\"http://w:1/x\"},\"next\":[\"w\"]}]}";
+
+static json_t *dyn_to_wait(st_defn_t *d, json_t **snap, json_t **fx, json_t *answer)
+{
+    CU_ASSERT_EQUAL(run(d, snap, json_pack("{s:s, s:{}}", "type", "START", "input"), fx), ST_RUN_WAITING);
+    json_t *call = effect_of(*fx, "make_call", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(call);
+    const json_t *body = json_object_get(json_object_get(call, "request"), "body");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body, "kind")), "wait_until");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(call, "request"), "url")), "http://w:1/wait");
+    char *tok = token_of(call);
+    CU_ASSERT_EQUAL(run(d, snap, ev("CALL_RESULT", tok, call_ok(answer)), fx), ST_RUN_WAITING);
+    free(tok);
+    return *fx;
+}
+
+static void test_wait_until_chosen_by_worker(void)
+{
+    st_defn_t *d = compile(DYNWAIT);
+    json_t *snap = NULL, *fx = NULL;
+    /* any_of of a 5 s timer and queue go: the queue wins; stop was not chosen */
+    dyn_to_wait(d, &snap, &fx, json_pack("{s:s, s:i, s:[s]}", "combine", "any_of", "timer_ms", 5000, "queues", "go"));
+    json_t *timer = effect_of(fx, "set_timer", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(timer);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(timer, "due_ms")), NOW + 5000);
+    CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:s, s:{}}", "type", "SIGNAL", "name", "stop", "payload"), &fx),
+                    -(int)ST_ERR_CONFLICT);   /* not waited for: the executor buffers it */
+    CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:s, s:{s:i}}", "type", "SIGNAL", "name", "go", "payload", "v", 3),
+                        &fx), ST_RUN_WAITING);
+    json_t *call = effect_of(fx, "make_call", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(call);
+    const json_t *body = json_object_get(json_object_get(call, "request"), "body");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(body, "kind")), "execute");
+    const json_t *results = json_object_get(body, "command_results");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(results, "fired")), "go");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(results, "go"), "v")), 3);
+    json_decref(snap);
+    snap = NULL;
+
+    /* all_of of queues go and stop, no timer: both are needed */
+    dyn_to_wait(d, &snap, &fx, json_pack("{s:s, s:[s, s]}", "combine", "all_of", "queues", "go", "stop"));
+    CU_ASSERT_PTR_NULL(effect_of(fx, "set_timer", 0));
+    CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:s, s:{}}", "type", "SIGNAL", "name", "go", "payload"), &fx),
+                    ST_RUN_WAITING);
+    CU_ASSERT_PTR_NULL(effect_of(fx, "make_call", 0));
+    CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:s, s:{}}", "type", "SIGNAL", "name", "stop", "payload"), &fx),
+                    ST_RUN_WAITING);
+    CU_ASSERT_PTR_NOT_NULL(effect_of(fx, "make_call", 0));
+    json_decref(snap);
+    snap = NULL;
+
+    /* all_of of nothing: execute at once */
+    dyn_to_wait(d, &snap, &fx, json_pack("{s:s}", "combine", "all_of"));
+    call = effect_of(fx, "make_call", 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(call);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(json_object_get(call, "request"), "body"),
+                                                             "kind")), "execute");
+    json_decref(snap);
+    json_decref(fx);
+    st_defn_free(d);
+
+    json_t *p = problems_of("{\"kind\":\"process\",\"name\":\"d\",\"version\":1,\"start\":[\"w\"],\"states\":["
+                            "{\"id\":\"w\",\"wait_until\":{\"url\":\"x\",\"commands\":[]}}]}");
+    CU_ASSERT_TRUE(has_problem(p, "/states/0/wait_until/url", "http(s) URL"));
+    CU_ASSERT_TRUE(has_problem(p, "/states/0/wait_until/commands", "only url"));
+    json_decref(p);
+}
+
 static void test_every_validator_error(void)
 {
     json_t *p = problems_of(
@@ -592,4 +664,4 @@ ST_TEST_MAIN("process", ST_TEST(test_signup_verified_by_queue),
              ST_TEST(test_fail_decision_and_process_timeout),
              ST_TEST(test_canonical_recompiles_identically), ST_TEST(test_random_event_sequences),
              ST_TEST(test_waits_for_sees_every_thread), ST_TEST(test_every_validator_error),
-             ST_TEST(test_worker_protocol_request_and_globals))
+             ST_TEST(test_worker_protocol_request_and_globals), ST_TEST(test_wait_until_chosen_by_worker))

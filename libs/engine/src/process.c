@@ -176,6 +176,22 @@ static void check_wait_until(json_t *problems, const json_t *doc, const char *po
         problem(problems, pointer, "wait_until must be {combine, commands}%s", NULL);
         return;
     }
+    if (json_object_get(wu, "url") != NULL) {
+        /* The worker's waitUntil picks the commands (docs/processes.md). */
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)wu, key, v) {
+            snprintf(p, sizeof p, "%s/%s", pointer, key);
+            if (strcmp(key, "url") && strcmp(key, "timeout") && strcmp(key, "retry"))
+                problem(problems, p, "a wait_until with url takes only url, timeout and retry, not '%s'", key);
+        }
+        snprintf(p, sizeof p, "%s/url", pointer);
+        if (!valid_url(str(wu, "url")))
+            problem(problems, p, "url must be an http(s) URL without quotes or backslashes%s", NULL);
+        snprintf(p, sizeof p, "%s/timeout", pointer);
+        check_expr(problems, p, json_object_get(wu, "timeout"));
+        return;
+    }
     const char *combine = str(wu, "combine");
     snprintf(p, sizeof p, "%s/combine", pointer);
     if (json_object_get(wu, "combine") &&
@@ -493,7 +509,8 @@ static json_t *goto_step(const char *id, json_t *targets, const json_t *allowed)
 /* The worker protocol's execute request (docs/processes.md): POST to the url with
  * the process and state names, the input, every declared attribute (globals as read
  * from the user's row in this wake-up) and the results of the state's commands. */
-static json_t *protocol_request(const json_t *doc, const json_t *s, const json_t *attr_names)
+static json_t *protocol_request(const json_t *doc, const json_t *s, const json_t *attr_names,
+                                const char *kind, const char *url)
 {
     char lit[1200];
     json_t *attrs = json_object();
@@ -511,19 +528,92 @@ static json_t *protocol_request(const json_t *doc, const json_t *s, const json_t
             json_object_set_new(results, str(v, "name"), json_string(lit));
         }
     }
-    if (json_array_size(json_object_get(wu, "commands")) > 1)
+    if (json_object_get(wu, "url")) {   /* the worker chose among every declared queue */
+        json_array_foreach(json_object_get(doc, "queues"), i, v) {
+            snprintf(lit, sizeof lit, "state[\"%s\"]", json_string_value(v));
+            json_object_set_new(results, json_string_value(v), json_string(lit));
+        }
+    }
+    if (json_array_size(json_object_get(wu, "commands")) > 1 || json_object_get(wu, "url"))
         json_object_set_new(results, "fired", json_string("state.fired"));
     json_t *body = json_object();
     snprintf(lit, sizeof lit, "'%s'", str(doc, "name"));
     json_object_set_new(body, "process", json_string(lit));
     snprintf(lit, sizeof lit, "'%s'", str(s, "id"));
     json_object_set_new(body, "state", json_string(lit));
-    json_object_set_new(body, "kind", json_string("'execute'"));
+    snprintf(lit, sizeof lit, "'%s'", kind);
+    json_object_set_new(body, "kind", json_string(lit));
     json_object_set_new(body, "input", json_string("input"));
     json_object_set_new(body, "attributes", attrs);
-    json_object_set_new(body, "command_results", results);
-    snprintf(lit, sizeof lit, "'%s'", str(json_object_get(s, "execute"), "url"));
+    if (strcmp(kind, "execute") == 0)
+        json_object_set_new(body, "command_results", results);
+    else
+        json_decref(results);
+    snprintf(lit, sizeof lit, "'%s'", url);
     return json_pack("{s:s, s:s, s:o}", "url", lit, "protocol", "'strand.process/1'", "body", body);
+}
+
+/* A waitUntil answered by the worker: a call whose answer
+ * {"combine": "any_of" | "all_of", "timer_ms": N?, "queues": [names]?} is kept as
+ * state.wait_commands. */
+static json_t *dynamic_wait_call(const json_t *doc, const json_t *s, const json_t *attr_names)
+{
+    const json_t *wu = json_object_get(s, "wait_until");
+    char id[160];
+    snprintf(id, sizeof id, "%s/wait_until", str(s, "id"));
+    json_t *call = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", id, "type", "call", "transport", "http", "result",
+                             "wait_commands", "request",
+                             protocol_request(doc, s, attr_names, "wait_until", str(wu, "url")));
+    if (json_object_get(wu, "timeout"))
+        json_object_set(call, "timeout", json_object_get(wu, "timeout"));
+    if (json_object_get(wu, "retry"))
+        json_object_set(call, "retry", json_object_get(wu, "retry"));
+    return call;
+}
+
+/* The commands the worker chose, joined all (all_of) or any (any_of): one branch per
+ * possible command (the timer and each declared queue). A branch the worker did not
+ * choose completes at once under all_of and never completes under any_of. */
+static json_t *dynamic_wait(const json_t *doc, const char *sid, int all)
+{
+    const char *mode = all ? "all" : "any";
+    char id[200], cond[300], what[160];
+    json_t *branches = json_array();
+    json_t *candidates = json_pack("[s]", "");   /* "" = the timer */
+    size_t i;
+    json_t *q;
+    json_array_foreach(json_object_get(doc, "queues"), i, q)
+        json_array_append(candidates, q);
+    json_array_foreach(candidates, i, q) {
+        const char *name = json_string_value(q);
+        json_t *wait;
+        if (name[0] == '\0') {
+            snprintf(id, sizeof id, "%s/wait/%s/timer", sid, mode);
+            wait = json_pack("{s:s, s:s, s:s}", "id", id, "type", "timer", "delay", "state.wait_commands.timer_ms");
+            snprintf(cond, sizeof cond, "state.wait_commands.timer_ms != null");
+            snprintf(what, sizeof what, "'timer'");
+        } else {
+            snprintf(id, sizeof id, "%s/wait/%s/%s", sid, mode, name);
+            wait = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "type", "wait_signal", "name", name, "result", name);
+            snprintf(cond, sizeof cond, "contains(coalesce(state.wait_commands.queues, ''), '%s')", name);
+            snprintf(what, sizeof what, "'%s'", name);
+        }
+        char fid[220], iid[220];
+        snprintf(fid, sizeof fid, "%s/fired", id);
+        snprintf(iid, sizeof iid, "%s/chosen", id);
+        json_t *then = json_pack("[o, {s:s, s:s, s:{s:s}}]", wait, "id", fid, "type", "set", "values", "fired", what);
+        json_t *step = json_pack("{s:s, s:s, s:s, s:o}", "id", iid, "type", "if", "condition", cond, "then", then);
+        if (!all) {
+            char nid[220];
+            snprintf(nid, sizeof nid, "%s/never", id);
+            json_object_set_new(step, "else", json_pack("[{s:s, s:s, s:s}]", "id", nid, "type", "wait_signal",
+                                                        "name", "__strand_not_chosen"));
+        }
+        json_array_append_new(branches, json_pack("[o]", step));
+    }
+    json_decref(candidates);
+    snprintf(id, sizeof id, "%s/wait/%s", sid, mode);
+    return json_pack("{s:s, s:s, s:o, s:s}", "id", id, "type", "parallel", "branches", branches, "join", mode);
 }
 
 static json_t *compile_state(const json_t *doc, const json_t *s, json_t *attr_names)
@@ -532,7 +622,13 @@ static json_t *compile_state(const json_t *doc, const json_t *s, json_t *attr_na
     char id[160];
     json_t *steps = json_array();
     const json_t *wu = json_object_get(s, "wait_until");
-    if (wu != NULL) {
+    if (wu != NULL && json_object_get(wu, "url") != NULL) {
+        json_array_append_new(steps, dynamic_wait_call(doc, s, attr_names));
+        snprintf(id, sizeof id, "%s/wait_mode", sid);
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:s, s:[o], s:[o]}", "id", id, "type", "if", "condition",
+                                               "state.wait_commands.combine == 'all_of'", "then",
+                                               dynamic_wait(doc, sid, 1), "else", dynamic_wait(doc, sid, 0)));
+    } else if (wu != NULL) {
         const json_t *cmds = json_object_get(wu, "commands");
         size_t i;
         json_t *c;
@@ -565,7 +661,7 @@ static json_t *compile_state(const json_t *doc, const json_t *s, json_t *attr_na
         json_object_del(call, "on_failure");
         if (json_object_get(ex, "url")) {
             json_object_del(call, "url");
-            json_object_set_new(call, "request", protocol_request(doc, s, attr_names));
+            json_object_set_new(call, "request", protocol_request(doc, s, attr_names, "execute", str(ex, "url")));
         }
         if (str(ex, "on_failure")) {
             snprintf(id, sizeof id, "%s/on_failure", sid);
