@@ -17,6 +17,8 @@ is accepted when its stem is a histogram (or summary) family that is exposed; an
 other name must be an exposed counter, gauge or untyped family. So `rate(x_bucket[5m])`
 on a counter `x`, or a bare histogram family name, are errors too. Names that
 Prometheus makes itself (ALLOWED_SYNTHETIC) are accepted without being exposed.
+A label matcher written on a metric (`x{stage="delivery"}`) must name a label that
+metric carries at run time, or a target label Prometheus attaches (TARGET_LABELS).
 Exit status: 0 all found, 1 something missing, 2 bad input.
 """
 import argparse
@@ -112,6 +114,34 @@ def rule_exprs(path):
     return out
 
 
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "container", "service", "endpoint",
+                 "node"}  # attached by Prometheus / Kubernetes service discovery
+
+
+def exposed_labels(texts):
+    """{sample name: set of label names} from Prometheus text."""
+    out = {}
+    for text in texts:
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?", line)
+            if m:
+                names = re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)=\"", m.group(2) or "")
+                out.setdefault(m.group(1), set()).update(names)
+    return out
+
+
+def selector_labels(expr):
+    """[(metric, label)] for every label matcher written on a metric name."""
+    e = strip_strings(expr)
+    pairs = []
+    for m in re.finditer(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^{}]*)\}", e):
+        for label in re.findall(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)", m.group(2)):
+            pairs.append((m.group(1), label))
+    return pairs
+
+
 def exposed_families(texts):
     """{family: type} from Prometheus text, plus the set of sample names."""
     families, samples = {}, set()
@@ -180,6 +210,13 @@ def self_test():
         if (want is None) != (got is None) or (want and want not in got):
             print(f"self-test: resolve({name}) = {got!r}, want {want!r}")
             ok = False
+    if selector_labels('rate(a_total{x="1",y=~"a=b"}[5m]) / b{z!="q"}') != [
+            ("a_total", "x"), ("a_total", "y"), ("b", "z")]:
+        print("self-test: selector_labels")
+        ok = False
+    if exposed_labels(['c{a="1",b="x=y"} 1\nc 2\n']) != {"c": {"a", "b"}}:
+        print("self-test: exposed_labels")
+        ok = False
     if templating_promql("label_values(m{a=\"b\"}, ns)") != 'm{a="b"}':
         print("self-test: templating_promql")
         ok = False
@@ -220,8 +257,15 @@ def main():
     except (OSError, ValueError) as e:
         print(f"check_metrics: {e}", file=sys.stderr)
         return 2
+    labels = exposed_labels(texts)
     missing, used = 0, set()
     for where, expr in refs:
+        for metric, label in selector_labels(expr):
+            if metric in labels and label not in labels[metric] | TARGET_LABELS \
+                    and label != "__name__":
+                print(f"{where}: {metric} has no label {label!r} "
+                      f"(it has {sorted(labels[metric]) or 'none'})\n    in {expr.strip()}")
+                missing += 1
         names = metric_names(expr)
         if not names:
             print(f"{where}: no metric in expression {expr!r}")

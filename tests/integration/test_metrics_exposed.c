@@ -264,8 +264,8 @@ static void test_dashboard_and_alerts_use_exposed_metrics(void)
     CU_ASSERT_EQUAL(run("python3 -c 'import yaml'"), 0);
     CU_ASSERT_EQUAL(check(dashboard, rules), 0);
 
-    /* The checker is not a rubber stamp: an unknown metric and a histogram used
-     * without _bucket both fail it. */
+    /* The checker is not a rubber stamp: an unknown metric, a histogram used
+     * without _bucket and an unknown label all fail it. */
     char bad[600];
     snprintf(bad, sizeof bad, "%s/test_metrics_exposed-bad-rules.yaml", log_dir());
     FILE *f = fopen(bad, "w");
@@ -279,6 +279,13 @@ static void test_dashboard_and_alerts_use_exposed_metrics(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fputs("groups:\n- name: bad\n  rules:\n"
           "  - alert: Bare\n    expr: rate(strand_wakeup_duration_seconds[5m]) > 0\n"
+          "    labels: {severity: warning}\n    annotations: {summary: x}\n", f);
+    fclose(f);
+    CU_ASSERT_EQUAL(check(NULL, bad), 1);
+    f = fopen(bad, "w");   /* a label the metric does not carry */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("groups:\n- name: bad\n  rules:\n"
+          "  - alert: Label\n    expr: rate(strand_ack_raises_total{phase=\"delivery\"}[5m]) > 0\n"
           "    labels: {severity: warning}\n    annotations: {summary: x}\n", f);
     fclose(f);
     CU_ASSERT_EQUAL(check(NULL, bad), 1);
