@@ -8,7 +8,7 @@
 #
 # Uses the stack of scripts/stack.sh (STRAND_STACK_DIR, STRAND_PG_PORT, ... as there;
 # started if not running) and starts its own strand-api/executor/scheduler/monitor on
-# ports STRAND_BENCH_PORT_BASE..+4 (default 28180) from STRAND_BENCH_BUILD (default
+# ports STRAND_BENCH_PORT_BASE..+5 (default 28180) from STRAND_BENCH_BUILD (default
 # build/, release). Peers come from .cache/peers (bench/peers/setup.sh, run here when
 # missing); Restate listens on PORT_BASE+10..+13; DBOS uses the database dbos_bench of
 # the same PostgreSQL. A peer that cannot be installed or started is reported as such
@@ -81,6 +81,11 @@ cleanup() {
 trap cleanup EXIT
 
 for s in api executor scheduler monitor; do start_svc "$s" "$s" "${port[$s]}" || exit 1; done
+# instances of earlier benchmark runs (definitions bench_w1, bench_w2, bench_w4; the fill's
+# copies included) would distort the curves: delete them (their rows cascade)
+log "deleting the instances of earlier benchmark runs"
+psql_strand -c "DELETE FROM strand.instances WHERE definition_name IN ('bench_w1', 'bench_w2', 'bench_w4')" &&
+  psql_strand -c "VACUUM ANALYZE" 2>/dev/null
 export STRAND_API_URL=http://127.0.0.1:${port[api]}
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 meta() { echo "{\"meta\":\"$1\",\"value\":$2}" >>"$results"; }
@@ -98,11 +103,28 @@ meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
 
 # ---- Strand W1-W4 -----------------------------------------------------------------
+# drain: wait (up to 180 s) until every outbox row is published and the executor has
+# stopped recording processed signals, so that one workload's tail never queues in
+# front of the next one's (W3's 10,000 TIMER_DUE signals take the executor a while).
+drain() {
+  local last=-1 now deadline=$((SECONDS + 180))
+  while [ $SECONDS -lt $deadline ]; do
+    now=$(psql_strand -c "SELECT (SELECT count(*) FROM strand.processed_signals) + (SELECT count(*) FROM strand.outbox WHERE published_at IS NULL)")
+    [ "$now" = "$last" ] && [ "$(psql_strand -c "SELECT count(*) FROM strand.outbox WHERE published_at IS NULL")" = 0 ] && return 0
+    last=$now
+    sleep 2
+  done
+  log "drain: still busy after 180 s"
+}
 sb --workload w1 --n "$N1" --storage --label main --timeout 600
 meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
+drain
 sb --workload w2 --n "$N2" --storage --label main --timeout 600
-sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
+drain
 sb --workload w4 --n "$N4" --storage --label main --timeout 600
+drain
+sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
+drain
 
 # ---- peers ------------------------------------------------------------------------
 peer_status() { echo "{\"peer\":\"$1\",\"status\":\"$2\",\"detail\":$(printf '%s' "$3" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$results"; }
@@ -176,9 +198,10 @@ run_dbos
 
 # ---- cost curves ------------------------------------------------------------------
 waiting_now() { psql_strand -c "SELECT count(*) FROM strand.instances WHERE status = 'waiting'"; }
-curve_point() { # label
+curve_point() { # label [strand-bench args]
+  drain
   local w; w=$(waiting_now)
-  sb --workload w1 --n "$CN" --label "$1" --timeout 600
+  sb --workload w1 --n "$CN" --label "$@" --timeout 600
   local db; db=$(psql_strand -c "SELECT pg_database_size('strand')")
   local ex="${pid[executor]}" rss2=0
   [ -n "${pid[executor2]:-}" ] && rss2=$(rss_kb "${pid[executor2]}")
@@ -200,6 +223,12 @@ for t in instances runtime_states history; do
 done
 log "second executor replica"
 start_svc executor2 executor $((PB + 4)) && sleep 8 && curve_point "replicas-2"
+# W1 is bound by the API's start path (one request at a time on one PostgreSQL
+# connection per API process): the same W1 through two API replicas (stateless), the
+# client threads split between them
+log "second API replica"
+start_svc api2 api $((PB + 5)) &&
+  curve_point "api-replicas-2" --api "$STRAND_API_URL,http://127.0.0.1:$((PB + 5))"
 meta finished "\"$(date -u +%FT%TZ)\""
 meta loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 

@@ -96,7 +96,8 @@ def main():
     out += ["### Cost curves", "",
             f"W1 (N = {next((r['n'] for r in runs if r.get('label', '').startswith('waiting-')), '?'):,}) "
             "with more and more instances waiting for a signal in PostgreSQL, then with a second executor "
-            "replica (same consumer group; 8 partitions) at the largest level. Waiting instances beyond "
+            "replica (same consumer group; 8 partitions) at the largest level, then with a second API "
+            "replica as well (the client threads split between the two). Waiting instances beyond "
             "the W2 ones are added by `strand-bench --workload fill`, which copies the rows of one real "
             "waiting instance in SQL (the executor holds no per-instance state, so it cannot tell).", "",
             "| point | waiting instances | W1 inst/s | p50 ms | p99 ms | executor RSS | 2nd executor RSS | database size |",
@@ -106,7 +107,8 @@ def main():
         if r is None:
             continue
         rss2 = f"{c['executor2_rss_kb']/1024:.1f} MB" if c["executor2_rss_kb"] else "-"
-        point = "2 executor replicas" if c["curve"] == "replicas-2" else "1 executor replica"
+        point = {"replicas-2": "2 executor replicas",
+                 "api-replicas-2": "2 executor + 2 API replicas"}.get(c["curve"], "1 executor replica")
         out.append(f"| {point} | {c['waiting']:,} | {r['rate']:,.1f} | {fmt_ms(r['p50_ms'])} | "
                    f"{fmt_ms(r['p99_ms'])} | {c['executor_rss_kb']/1024:.1f} MB | {rss2} | "
                    f"{c['db_bytes']/1048576:,.0f} MB |")

@@ -3,7 +3,7 @@
  * on the database STRAND_PG_DSN names, the API at STRAND_API_URL or --api).
  *
  *   strand-bench --workload w1|w2|w3|w4|fill [--n N] [--concurrency C] [--timeout S]
- *                [--window-ms MS] [--api URL] [--label TEXT] [--storage] [--json]
+ *                [--window-ms MS] [--api URL[,URL...]] [--label TEXT] [--storage] [--json]
  *
  *   w1    N instances of a 3-step flow with no waits (set, set, complete), started over
  *         HTTP by C client threads. Latency: client send of POST /v1/instances ->
@@ -12,7 +12,7 @@
  *   w2    N instances that wait for a signal; once all wait, C threads send the signals
  *         (POST /v1/instances/{id}/signals). Latency: client send of the signal ->
  *         ended_at (the resumed run completes in the same transaction).
- *   w3    N durable timers due evenly over --window-ms starting 2 s from now, written
+ *   w3    N durable timers due evenly over --window-ms starting 2 s + N/2 ms from now, written
  *         as the executor writes them (st_timer_schedule_tx); lateness = fired_at -
  *         due_at (the scheduler's firing transaction). Needs only strand-scheduler.
  *   w4    human task round trip, C sequential clients: start an instance with a task,
@@ -21,7 +21,8 @@
  *   fill  adds N waiting instances by copying the rows of one real waiting instance
  *         (instances, runtime_states, history) in SQL: in-flight load for cost curves.
  *
- * Every run is bounded by --timeout (default 300 s): unfinished instances are counted,
+ * --api takes several API replicas, comma-separated: client thread i talks to the
+ * (i mod count)-th. Every run is bounded by --timeout (default 300 s): unfinished instances are counted,
  * not waited for. Clocks: client times are CLOCK_REALTIME on the same machine as
  * PostgreSQL, whose now() the ended_at/fired_at stamps come from. --storage prints
  * the PostgreSQL rows and bytes added per instance (w1, w2, w4). Exit status 0 only if
@@ -55,6 +56,11 @@ typedef struct {
 } opts_t;
 
 static opts_t g_opt = {"w1", 1000, 16, 300, 20000, NULL, "", 0, 0};
+/* --api may list several API replicas (comma-separated); client thread i uses
+ * g_apis[i % g_napis], the main thread the first. */
+static char *g_apis[16];
+static int g_napis;
+static __thread const char *t_api;
 static const char *g_dsn;
 static char g_tag[64]; /* business_ref of this run's instances */
 
@@ -84,7 +90,7 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 static long http(CURL *c, const char *method, const char *path, const char *body, json_t **out)
 {
     char url[512];
-    snprintf(url, sizeof url, "%s%s", g_opt.api, path);
+    snprintf(url, sizeof url, "%s%s", t_api != NULL ? t_api : g_apis[0], path);
     body_t b = {NULL, 0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_reset(c);
@@ -342,7 +348,7 @@ static int import_def(const char *doc)
     curl_easy_cleanup(c);
     if (st != 200 && st != 201) {
         fprintf(stderr, "strand-bench: importing a definition answered %ld (is the API at %s?)\n",
-                st, g_opt.api);
+                st, g_apis[0]);
         return 0;
     }
     return 1;
@@ -371,7 +377,7 @@ static const char *g_start_def;
 
 static void *starter(void *arg)
 {
-    (void)arg;
+    t_api = arg;
     CURL *c = curl_easy_init();
     int i;
     while ((i = take_index()) >= 0) {
@@ -385,7 +391,7 @@ static void *starter(void *arg)
 
 static void *signaller(void *arg)
 {
-    (void)arg;
+    t_api = arg;
     CURL *c = curl_easy_init();
     int i;
     while ((i = take_index()) >= 0) {
@@ -408,7 +414,7 @@ static double *g_task_visible; /* w4: start -> task listed, ms */
 
 static void *human(void *arg)
 {
-    (void)arg;
+    t_api = arg;
     CURL *c = curl_easy_init();
     int i;
     while ((i = take_index()) >= 0) {
@@ -451,7 +457,7 @@ static void run_threads(void *(*fn)(void *))
     pthread_t *th = calloc((size_t)g_opt.concurrency, sizeof *th);
     g_next = 0;
     for (int i = 0; i < g_opt.concurrency; i++)
-        pthread_create(&th[i], NULL, fn, NULL);
+        pthread_create(&th[i], NULL, fn, g_apis[i % g_napis]);
     for (int i = 0; i < g_opt.concurrency; i++)
         pthread_join(th[i], NULL);
     free(th);
@@ -526,7 +532,8 @@ static int w3(void)
 {
     int n = g_opt.n, window_ms = g_opt.window_ms;
     st_errbuf_t eb;
-    long long base = st_now_ms() + 2000;
+    /* a lead long enough to write every timer before the first is due */
+    long long base = st_now_ms() + 2000 + n / 2;
     const int batch = 500;
     for (int i = 0; i < n; i += batch) {
         if (st_pg_begin(g_pg, &eb) != ST_OK) {
@@ -550,8 +557,8 @@ static int w3(void)
         }
     }
     if (st_now_ms() > base)
-        fprintf(stderr, "strand-bench: scheduling took longer than the 2 s lead; early timers"
-                        " were already due when written\n");
+        fprintf(stderr, "strand-bench: writing the timers took longer than the lead; early"
+                        " timers were already due when written\n");
     char like[96];
     snprintf(like, sizeof like, "%s-%%", g_tag);
     const char *p[] = {like};
@@ -691,7 +698,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: strand-bench --workload w1|w2|w3|w4|fill [--n N] [--concurrency C]\n"
-            "                    [--timeout S] [--window-ms MS] [--api URL] [--label TEXT]\n"
+            "                    [--timeout S] [--window-ms MS] [--api URL[,URL...]] [--label TEXT]\n"
             "                    [--storage] [--json]\n"
             "Needs STRAND_PG_DSN (eval \"$(scripts/stack.sh env)\") and the services running.\n");
 }
@@ -761,9 +768,19 @@ int main(int argc, char **argv)
     if (g_opt.api == NULL)
         g_opt.api = getenv("STRAND_API_URL") != NULL ? getenv("STRAND_API_URL")
                                                      : "http://127.0.0.1:8080";
+    char *apis = strdup(g_opt.api), *save = NULL;
+    for (char *a = strtok_r(apis, ",", &save); a != NULL && g_napis < 16; a = strtok_r(NULL, ",", &save))
+        g_apis[g_napis++] = a;
+    if (g_napis == 0) {
+        fprintf(stderr, "strand-bench: --api names no URL\n");
+        free(apis);
+        return 2;
+    }
     st_errbuf_t eb;
     if (st_pg_connect(g_dsn, "strand-bench", &g_pg, &eb) != ST_OK) {
         fprintf(stderr, "strand-bench: %s\n", eb.msg);
+        PQfinish(g_pg);
+        free(apis);
         return 1;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -781,6 +798,7 @@ int main(int argc, char **argv)
     default: rc = fill(); break;
     }
     free(g_items);
+    free(apis);
     PQfinish(g_pg);
     curl_global_cleanup();
     return rc;
