@@ -43,7 +43,8 @@ def main():
              "w4": "W4 human task round trip"}
     order = {"strand": 0, "restate": 1, "dbos": 2}
     for r in sorted(main_runs, key=lambda r: (r["workload"], order.get(r["engine"], 9))):
-        out.append(f"| {r['engine']} | {names.get(r['workload'], r['workload'])} | {r['n']:,} | "
+        eng = r["engine"] + (f" ({r['variant']})" if r.get("variant") else "")
+        out.append(f"| {eng} | {names.get(r['workload'], r['workload'])} | {r['n']:,} | "
                    f"{r['completed']:,} | {r['concurrency'] if r['workload'] != 'w3' else '-'} | "
                    f"{r['rate']:,.1f} {r['rate_unit']} | {fmt_ms(r['p50_ms'])} | {fmt_ms(r['p95_ms'])} | "
                    f"{fmt_ms(r['p99_ms'])} | {fmt_ms(r['max_ms'])} |")

@@ -10,9 +10,11 @@ PostgreSQL), called by C client threads. Latency: client call -> timestamp taken
 end of the workflow's last step; rate: completed / (last end - first call).
 W2: N workflows wait in DBOS.recv("go"); once all have reached the wait, C threads send
 the messages with DBOS.send. Latency: client send -> timestamp taken right after recv
-returns (the workflow then completes).
+returns (the workflow then completes). --async runs the same workflows as async
+functions on one event loop (W2: DBOS.recv_async) instead of a thread per call.
 """
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -48,6 +50,26 @@ def w1_flow(i: int) -> dict:
     return step_c(step_b(step_a(i)))
 
 
+@DBOS.step()
+async def step_a_async(i: int) -> int:
+    return i + 1
+
+
+@DBOS.step()
+async def step_b_async(x: int) -> int:
+    return x * 2
+
+
+@DBOS.step()
+async def step_c_async(y: int) -> dict:
+    return {"y": y, "t_end": now_ms()}
+
+
+@DBOS.workflow()
+async def w1_flow_async(i: int) -> dict:
+    return await step_c_async(await step_b_async(await step_a_async(i)))
+
+
 _waiting = 0
 _waiting_mu = threading.Lock()
 
@@ -66,6 +88,20 @@ def w2_flow() -> dict:
     return {"got": v, "t_resumed": now_ms()}
 
 
+@DBOS.step()
+async def mark_waiting_async() -> None:
+    global _waiting
+    with _waiting_mu:
+        _waiting += 1
+
+
+@DBOS.workflow()
+async def w2_flow_async() -> dict:
+    await mark_waiting_async()
+    v = await DBOS.recv_async("go", timeout_seconds=600)
+    return {"got": v, "t_resumed": now_ms()}
+
+
 def pct(v, p):
     if not v:
         return 0.0
@@ -77,7 +113,8 @@ def report(args, what, unit, lat, rate):
     row = {"engine": "dbos", "workload": args.workload, "label": args.label, "n": args.n,
            "completed": len(lat), "concurrency": args.concurrency, "rate": round(rate, 1),
            "rate_unit": unit, "p50_ms": round(pct(lat, .5), 2), "p95_ms": round(pct(lat, .95), 2),
-           "p99_ms": round(pct(lat, .99), 2), "max_ms": round(lat[-1] if lat else 0, 2)}
+           "p99_ms": round(pct(lat, .99), 2), "max_ms": round(lat[-1] if lat else 0, 2),
+           "variant": "async" if args.use_async else "threads"}
     if args.json:
         print(json.dumps(row), flush=True)
     else:
@@ -140,6 +177,62 @@ def run_w2(args, deadline):
     return len(lat) == args.n
 
 
+async def run_w1_async(args, deadline):
+    sends, ends = [0.0] * args.n, [0.0] * args.n
+    sem = asyncio.Semaphore(args.concurrency)
+
+    async def one(i):
+        async with sem:
+            if time.time() > deadline:
+                return
+            sends[i] = now_ms()
+            ends[i] = (await w1_flow_async(i))["t_end"]
+
+    await asyncio.gather(*(one(i) for i in range(args.n)))
+    lat = [e - s for s, e in zip(sends, ends) if e > 0]
+    done = [e for e in ends if e > 0]
+    first = min(s for s in sends if s > 0)
+    rate = len(done) / ((max(done) - first) / 1000.0) if done else 0.0
+    report(args, "3 checkpointed async steps, call -> last step", "inst/s", lat, rate)
+    return len(lat) == args.n
+
+
+async def run_w2_async(args, deadline):
+    """W2 with async workflows (DBOS.recv_async on the event loop): no thread per
+    waiting workflow."""
+    tag = uuid.uuid4().hex[:8]
+    ids = [f"w2a-{tag}-{i}" for i in range(args.n)]
+    handles = []
+    for wid in ids:
+        with SetWorkflowID(wid):
+            handles.append(await DBOS.start_workflow_async(w2_flow_async))
+    while _waiting < args.n and time.time() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    sends = [0.0] * args.n
+    sem = asyncio.Semaphore(args.concurrency)
+
+    async def sig(i):
+        async with sem:
+            if time.time() > deadline:
+                return
+            sends[i] = now_ms()
+            await DBOS.send_async(ids[i], {"v": 1}, "go")
+
+    await asyncio.gather(*(sig(i) for i in range(args.n)))
+    lat, ends = [], []
+    for i, h in enumerate(handles):
+        if deadline - time.time() <= 0 or sends[i] == 0:
+            continue
+        r = await h.get_result()
+        ends.append(r["t_resumed"])
+        lat.append(r["t_resumed"] - sends[i])
+    first = min(s for s in sends if s > 0)
+    rate = len(ends) / ((max(ends) - first) / 1000.0) if ends else 0.0
+    report(args, "send -> recv_async returned", "resumes/s", lat, rate)
+    return len(lat) == args.n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", choices=["w1", "w2"], required=True)
@@ -148,6 +241,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--label", default="")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--async", dest="use_async", action="store_true",
+                    help="async workflows and steps on one event loop (W2: recv_async) instead of threads")
     args = ap.parse_args()
     url = os.environ.get("DBOS_SYSTEM_DATABASE_URL")
     if not url:
@@ -159,7 +254,14 @@ def main():
     DBOS.launch()
     deadline = time.time() + args.timeout
     try:
-        ok = run_w1(args, deadline) if args.workload == "w1" else run_w2(args, deadline)
+        if args.workload == "w1" and args.use_async:
+            ok = asyncio.run(run_w1_async(args, deadline))
+        elif args.workload == "w1":
+            ok = run_w1(args, deadline)
+        elif args.workload == "w2" and args.use_async:
+            ok = asyncio.run(run_w2_async(args, deadline))
+        else:
+            ok = run_w2(args, deadline)
     finally:
         DBOS.destroy(destroy_registry=False)
     return 0 if ok else 1
