@@ -6,6 +6,9 @@
 Strand POSTs one JSON request per state execution and per RPC and uses the JSON
 answer as the decision (the worker protocol, strand.process/1):
 
+  wait_until request: {kind: "wait_until", process, state, instance_id, attempt,
+                      idempotency_key, input, attributes}
+  wait_until answer:  {combine: "any_of" | "all_of", timer_ms?: N, queues?: [name, ...]}
   execute request: {kind: "execute", process, state, instance_id, attempt,
                     idempotency_key, input, attributes, command_results}
   execute answer:  {next: [state, ...]} | {complete: output} | {fail: error}
@@ -37,6 +40,24 @@ def submit(req):
     email = req["input"].get("email")
     log(f"[{req['instance_id']}] sending a verification email to {email}")
     return {"attributes": {"email": email, "status": "waiting"}, "next": ["verify"]}
+
+
+UNITS = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+
+
+def duration_ms(text):
+    """'24h', '5s', '250ms' -> milliseconds."""
+    for unit in ("ms", "s", "m", "h", "d"):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return int(text[: -len(unit)]) * UNITS[unit]
+    raise ValueError(f"bad duration {text!r}")
+
+
+def verify_wait_until(req):
+    """State 'verify' waits for a reminder timer or a 'verified' message, whichever first.
+    The reminder comes after 24 h; input.reminder_after makes the clock short for a demo."""
+    after = req["input"].get("reminder_after") or "24h"
+    return {"combine": "any_of", "timer_ms": duration_ms(after), "queues": ["verified"]}
 
 
 def verify(req):
@@ -72,6 +93,7 @@ def flaky(req):
 
 ROUTES = {
     "/signup/submit": submit,
+    "/signup/verify/wait_until": verify_wait_until,
     "/signup/verify": verify,
     "/signup/rpc/verify": rpc_verify,
     "/demo/branch": lambda req: {"next": req["input"].get("branches", [])},
@@ -95,7 +117,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(404, {"error": "no such route"})
         try:
             return self.answer(200, handler(req))
-        except (KeyError, TypeError, AttributeError) as e:
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
             return self.answer(500, {"error": f"worker error: {e!r}"})
 
     def answer(self, status, body):

@@ -398,9 +398,26 @@ static st_err_t process_history_tx(PGconn *conn, const st_signal_t *sig, const s
     } else if (sig->type == ST_SIGNAL_CALL_RESULT) {
         const json_t *result = json_object_get(payload, "result");
         int ok = json_is_true(json_object_get(result, "ok"));
-        kind = ok ? "state_executed" : "state_execute_failed";
+        /* a waitUntil call (the worker chose the commands) or an execute */
+        int wait_until = 0;
+        const char *call_id = json_string_value(json_object_get(payload, "call_id"));
+        if (call_id != NULL) {
+            static const char *const sql_call_kind =
+                "SELECT request->'body'->>'kind' FROM strand.calls WHERE id = $1::uuid";
+            const char *params[] = {call_id};
+            PGresult *res = NULL;
+            st_err_t err = st_pg_exec(conn, sql_call_kind, 1, params, &res, eb);
+            if (err != ST_OK) {
+                json_decref(detail);
+                return err;
+            }
+            wait_until = PQntuples(res) > 0 && strcmp(PQgetvalue(res, 0, 0), "wait_until") == 0;
+            PQclear(res);
+        }
+        kind = wait_until ? (ok ? "wait_until_answered" : "wait_until_failed")
+                          : (ok ? "state_executed" : "state_execute_failed");
         json_object_set(detail, "attempt", json_object_get(payload, "attempt"));
-        json_object_set(detail, ok ? "decision" : "result",
+        json_object_set(detail, !ok ? "result" : wait_until ? "commands" : "decision",
                         ok ? json_object_get(result, "body") : (json_t *)result);
     } else if (sig->type == ST_SIGNAL_START) {
         kind = "process_started";

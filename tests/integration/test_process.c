@@ -218,6 +218,8 @@ static void test_setup(void)
     CU_ASSERT_EQUAL(import_doc(doc, NULL), 201);
     free(doc);
     sleep(1);   /* the worker's socket */
+    /* still running: it owns its port (a stale worker there would answer instead) */
+    CU_ASSERT_EQUAL_FATAL(waitpid(worker_pid, NULL, WNOHANG), 0);
 }
 
 /* submit -> verify, woken by the verify RPC: the RPC's attribute updates land in the
@@ -250,6 +252,7 @@ static void test_signup_verified_by_rpc(void)
     CU_ASSERT_EQUAL(wait_history(id, "state_executed", 2, 5), 2);
     CU_ASSERT_EQUAL(wait_history(id, "rpc", 1, 1), 1);
     CU_ASSERT_EQUAL(wait_history(id, "command_result", 1, 1), 1);
+    CU_ASSERT_EQUAL(wait_history(id, "wait_until_answered", 1, 1), 1);   /* the worker chose the commands */
     snprintf(path, sizeof path, "/v1/instances/%s/history", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, NULL), 200);
 
