@@ -186,7 +186,12 @@ static void test_workload(void)
     CU_ASSERT_TRUE(metric(IT_MONITOR, "strand_dead_letters_total") >= 1);
     CU_ASSERT_TRUE(metric(IT_API, "strand_http_requests_total{route=\"/v1/acks\",method=\"POST\","
                                   "status=\"200\"}") >= 1);
-    CU_ASSERT_TRUE(metric(IT_API, "strand_outbox_relay_lag_seconds_count") >= 1);
+    /* Every service's relay claims from the one outbox table, so any of them may have
+     * published the workload's rows. */
+    double relayed = 0;
+    for (int s = 0; s < IT_NSERVICES; s++)
+        relayed += metric((it_service_t)s, "strand_outbox_relay_lag_seconds_count");
+    CU_ASSERT_TRUE(relayed >= 1);
     /* Consumer lag: the executor's group on its signals topic, 0 once it caught up. */
     char series[300];
     snprintf(series, sizeof series,
