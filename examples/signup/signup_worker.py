@@ -24,6 +24,7 @@ Routes besides the sign-up's own, for the demos in docs/processes.md:
   /demo/flaky     fails (503) until the third attempt, then completes
   /demo/branch    {next: input.branches} (several next states run in parallel)
   /demo/decide    answers input.decisions[state] as the decision
+  /demo/rpc       answers an RPC with its input plus {output: "ok"} (next, publish, ...)
 """
 import argparse
 import json
@@ -98,6 +99,7 @@ ROUTES = {
     "/signup/rpc/verify": rpc_verify,
     "/demo/branch": lambda req: {"next": req["input"].get("branches", [])},
     "/demo/decide": lambda req: req["input"]["decisions"][req["state"]],
+    "/demo/rpc": lambda req: dict(req["input"], output="ok"),
 }
 
 

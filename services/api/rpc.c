@@ -8,11 +8,14 @@
  * 2. POSTs {kind: "rpc", process, rpc, process_id, instance_id, input, attributes} to
  *    the rpc's url with an Idempotency-Key (the caller's request_id, or a fresh one)
  *    and the rpc's timeout. No transaction is open during the call.
- * 3. Applies the worker's answer {output, attributes, publish: [{queue, message}]}
+ * 3. Applies the worker's answer {output, attributes, publish: [{queue, message}],
+ *    next: [state]}
  *    in one transaction: the runtime state is locked and must still be at the version
  *    read in step 1 (else 409 state_changed: nothing was applied, call again); local
  *    attributes go into the snapshot (state_version + 1), global ones into the user's
  *    row, each publish becomes a queue message for the instance (a named signal), and
+ *    each `next` state gets a new thread (a "__start_thread_<state>" signal to the
+ *    process's spawner thread for that state, compiled from the rpc's `threads`), and
  *    the call is recorded in the timeline. A failed write rolls back all of it.
  * The call blocks the API's HTTP thread for at most the rpc's timeout_ms (default
  * 5000, at most 60000): keep RPC handlers short.
@@ -143,7 +146,7 @@ static const json_t *find_rpc(const json_t *source, const char *name)
 
 /* Checks the worker's answer against the declaration; 502 and 0 when it is not sound.
  * Fills `locals` and `global_state` with the declared updates. */
-static int check_answer(const json_t *source, const json_t *answer, json_t *locals,
+static int check_answer(const json_t *source, const json_t *rpc, const json_t *answer, json_t *locals,
                         json_t *global_state, st_answer_t *out)
 {
     const json_t *attrs = json_object_get(answer, "attributes");
@@ -163,6 +166,26 @@ static int check_answer(const json_t *source, const json_t *answer, json_t *loca
             char msg[200];
             snprintf(msg, sizeof msg, "the worker updated an undeclared attribute '%.100s'", k);
             st_answer_problem(out, 502, "bad_worker_answer", msg, "/attributes", NULL);
+            return 0;
+        }
+    }
+    const json_t *next = json_object_get(answer, "next");
+    const json_t *allowed = json_object_get(rpc, "threads");
+    if (next != NULL && !json_is_array(next)) {
+        st_answer_problem(out, 502, "bad_worker_answer", "next must be an array of state names", "/next", NULL);
+        return 0;
+    }
+    size_t n;
+    json_t *state;
+    json_array_foreach(next, n, state) {
+        int ok = 0;
+        size_t j;
+        json_t *a;
+        json_array_foreach(allowed, j, a)
+            ok |= json_is_string(state) && strcmp(json_string_value(a), json_string_value(state)) == 0;
+        if (!ok || n >= RPC_MAX_PUBLISH) {
+            st_answer_problem(out, 502, "bad_worker_answer",
+                              "next may name only the states in the rpc's threads (at most 16)", "/next", NULL);
             return 0;
         }
     }
@@ -200,7 +223,7 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
     json_t *locals = json_object(), *global_state = json_deep_copy(globals_before);
     if (global_state == NULL)
         global_state = json_object();
-    if (!check_answer(source, answer, locals, global_state, out)) {
+    if (!check_answer(source, find_rpc(source, rpc_name), answer, locals, global_state, out)) {
         json_decref(locals);
         json_decref(global_state);
         return;
@@ -265,10 +288,23 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
         json_array_append_new(signal_ids, json_string(sig.signal_id));
         st_signal_close(&sig);
     }
+    /* new threads: the process's spawner thread for each state starts one */
+    json_array_foreach(json_object_get(answer, "next"), i, p) {
+        if (err != ST_OK)
+            break;
+        st_signal_t sig;
+        st_signal_init(&sig, ST_SIGNAL_EXTERNAL, id, -1);
+        snprintf(sig.name, sizeof sig.name, "__start_thread_%s", json_string_value(p));
+        sig.payload = json_pack("{s:s}", "rpc", rpc_name);
+        err = st_signal_enqueue_tx(conn, &sig, &eb);
+        st_signal_close(&sig);
+    }
     json_t *detail = json_pack("{s:s, s:O, s:O, s:O, s:o}", "rpc", rpc_name, "input", input ? input : json_null(),
                                "output", json_object_get(answer, "output") ? json_object_get(answer, "output") : json_null(),
                                "attributes", json_object_get(answer, "attributes") ? json_object_get(answer, "attributes") : json_null(),
                                "published", signal_ids);
+    if (json_object_get(answer, "next"))
+        json_object_set(detail, "threads", json_object_get(answer, "next"));
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
     const char *hparams[] = {id, detail_text};

@@ -430,6 +430,33 @@ static void test_parallel_next_states_and_dead_ends(void)
     free(name);
 }
 
+/* An RPC starts a new thread in a state its declaration lists (threads); that thread's
+ * execute completes the process while the main thread still waits. */
+static void test_rpc_starts_a_thread(void)
+{
+    char *name = import_static(
+        "rpcthread", NULL,
+        "\"queues\":[\"q\"],\"rpcs\":[{\"name\":\"kick\",\"url\":\"URL/demo/rpc\",\"threads\":[\"side\"]}],"
+        "\"start\":[\"main\"],\"states\":["
+        "{\"id\":\"main\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"q\"}]},\"next\":[]},"
+        "{\"id\":\"side\",\"execute\":{\"transport\":\"http\",\"url\":\"URL/demo/decide\"}}]");
+    char ref[80], path[200];
+    snprintf(ref, sizeof ref, "rpcthread_%s", sfx);
+    long status;
+    char *id = start_process(name, ref, "{\"decisions\":{\"side\":{\"complete\":{\"by\":\"side\"}}}}", &status);
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    CU_ASSERT_EQUAL(wait_history(id, "process_started", 1, 10), 1);
+    snprintf(path, sizeof path, "/v1/instances/%s/rpc/kick", id);
+    CU_ASSERT_EQUAL(post(path, "{\"input\":{\"next\":[\"main\"]}}", NULL), 502);   /* not in threads */
+    CU_ASSERT_EQUAL(post(path, "{\"input\":{\"next\":[\"side\"]}}", NULL), 200);
+    json_t *done = it_wait_instance(id, "completed", 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(done);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(done, "output"), "by")), "side");
+    json_decref(done);
+    free(id);
+    free(name);
+}
+
 /* A process that waits for queue q, then asks the worker for its decision:
  * input.decisions.s is {complete: ...} or {fail: ...}. */
 static const char *DECIDE =
@@ -601,6 +628,7 @@ int main(void)
         {"attribute write failure is atomic", test_attribute_write_failure_is_atomic},
         {"any_of and all_of", test_any_of_and_all_of},
         {"parallel next states and dead ends", test_parallel_next_states_and_dead_ends},
+        {"rpc starts a thread", test_rpc_starts_a_thread},
         {"id reuse policies", test_id_reuse_policies},
         {"worker retried with backoff", test_worker_retried_with_backoff},
         {"process timeout", test_process_timeout},

@@ -464,6 +464,11 @@ void st_process_validate(const json_t *doc, json_t *problems)
                 problem(problems, p, "rpc publishes to undeclared queue '%s'", str(s, "queue"));
             if (json_object_get(s, "url") && !valid_url(str(s, "url")))
                 problem(problems, p, "an rpc's url must be an http(s) URL without quotes%s", NULL);
+            if (json_object_get(s, "threads")) {
+                char tp[600];
+                snprintf(tp, sizeof tp, "%s/threads", p);
+                check_targets(problems, doc, tp, json_object_get(s, "threads"), 0);
+            }
             const json_t *t = json_object_get(s, "timeout_ms");
             if (t && (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > 60000))
                 problem(problems, p, "an rpc's timeout_ms must be 1 to 60000%s", NULL);
@@ -476,6 +481,11 @@ void st_process_validate(const json_t *doc, json_t *problems)
         json_t *seen = json_object();
         json_array_foreach(json_object_get(doc, "start"), i, v)
             mark(doc, seen, json_string_value(v));
+        json_array_foreach(json_object_get(doc, "rpcs"), i, s) {   /* states an RPC may start */
+            size_t j;
+            json_array_foreach(json_object_get(s, "threads"), j, v)
+                mark(doc, seen, json_string_value(v));
+        }
         json_array_foreach(states, i, s) {
             if (!json_object_get(seen, str(s, "id"))) {
                 snprintf(p, sizeof p, "/states/%zu", i);
@@ -759,6 +769,32 @@ json_t *st_process_canonical(const json_t *doc)
         globals_decl = json_pack("{s:O, s:O, s:o}", "table", json_object_get(gt, "table"), "key",
                                       json_object_get(gt, "key"), "columns", columns);
     }
+    /* States an RPC may start a thread in: a daemon thread per state waits for the
+     * API's "__start_thread_<state>" signal and starts one (see services/api/rpc.c). */
+    json_t *spawnable = json_object();
+    json_array_foreach(json_object_get(doc, "rpcs"), i, s) {
+        size_t j;
+        json_t *v;
+        json_array_foreach(json_object_get(s, "threads"), j, v)
+            json_object_set_new(spawnable, json_string_value(v), json_true());
+    }
+    json_t *unused;
+    json_object_foreach(spawnable, an, unused) {
+        char sid[160], wid[200], pid[200], signal[160], lid[200];
+        snprintf(sid, sizeof sid, "__rpc_thread_%s", an);
+        snprintf(lid, sizeof lid, "%s/loop", sid);
+        snprintf(wid, sizeof wid, "%s/wait", sid);
+        snprintf(pid, sizeof pid, "%s/spawn", sid);
+        snprintf(signal, sizeof signal, "__start_thread_%s", an);
+        json_object_set_new(states, sid,
+                            json_pack("{s:[{s:s, s:s, s:b, s:i, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:b}]}]}",
+                                      "steps", "id", lid, "type", "while", "condition", 1, "max_iterations", 10000,
+                                      "body", "id", wid, "type", "wait_signal", "name", signal, "result",
+                                      "__start_thread", "id", pid, "type", "spawn", "state", an, "daemon", 0));
+        json_array_append_new(steps, json_pack("{s:s, s:s, s:s, s:b}", "id", sid, "type", "spawn", "state", sid,
+                                               "daemon", 1));
+    }
+    json_decref(spawnable);
     if (json_object_get(doc, "timeout")) {
         json_object_set_new(states, "__timeout",
                             json_pack("{s:[{s:s, s:s, s:O}, {s:s, s:s, s:{s:s}}]}", "steps", "id",
