@@ -98,6 +98,7 @@ sb() { # strand-bench args...; appends its JSON lines
 
 t_start=$(date -u +%FT%TZ)
 meta started "\"$t_start\""
+meta commit "\"$(git describe --always --dirty 2>/dev/null || echo unknown)\""
 meta host "\"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\""
 meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
@@ -235,6 +236,11 @@ meta finished "\"$(date -u +%FT%TZ)\""
 meta loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 
 cmdline="bench/compare.sh${1:+ $1}"
+for v in STRAND_BENCH_CONCURRENCY STRAND_BENCH_CURVE_LEVELS STRAND_BENCH_CURVE_N STRAND_BENCH_N_W4 \
+         STRAND_BENCH_N_W3 STRAND_BENCH_N_W2 STRAND_BENCH_N_W1 STRAND_BENCH_PORT_BASE STRAND_BENCH_BUILD \
+         STRAND_KAFKA_PORT STRAND_REDIS_PORT STRAND_PG_PORT STRAND_STACK_DIR; do
+  [ -n "${!v:-}" ] && cmdline="$v=${!v} $cmdline"
+done
 if [ $quick = 0 ] || [ "${STRAND_BENCH_WRITE_DOC:-0}" = 1 ]; then
   python3 bench/report.py "$results" docs/benchmarks.md "$cmdline" "${STRAND_BENCH_NOTE:-}" &&
     log "wrote docs/benchmarks.md"

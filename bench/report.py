@@ -29,7 +29,8 @@ def main():
     fills = [r for r in rows if r.get("workload") == "fill"]
 
     out = [BEGIN, "", "## Whole stack: strand-bench beside Restate and DBOS", ""]
-    out.append(f"Produced by one run of `{command}` from {meta.get('started', '?')} to "
+    out.append(f"Produced by one run of `{command}` (tree `{meta.get('commit', '?')}`) from "
+               f"{meta.get('started', '?')} to "
                f"{meta.get('finished', '?')} ({meta.get('host', '?')}; load average "
                f"{meta.get('loadavg', '?')} at the start, {meta.get('loadavg_end', '?')} at the end). "
                "The stack (PostgreSQL 15, Redis, one Kafka broker) and every engine ran on this "
