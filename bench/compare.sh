@@ -90,8 +90,10 @@ export STRAND_API_URL=http://127.0.0.1:${port[api]}
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 meta() { echo "{\"meta\":\"$1\",\"value\":$2}" >>"$results"; }
 
+load1() { echo "{\"load1\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"; }
 sb() { # strand-bench args...; appends its JSON lines
   log "strand-bench $*"
+  load1
   "$bench" --json "$@" --concurrency "$C" >>"$results" 2>>"$work/logs/strand-bench.err" ||
     log "strand-bench $* did not complete every instance (see the table)"
 }
@@ -167,6 +169,7 @@ EOF
     for w in w1 w2; do
       local n=$N1; [ $w = w2 ] && n=$N2
       log "restate $w n=$n"
+      load1
       RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
         timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label main --json \
         >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
@@ -192,6 +195,7 @@ run_dbos() {
   for w in w1 w2; do
     local n=$N1 variant=""; [ $w = w2 ] && n=$N2 && variant=--async
     log "dbos $w n=$n $variant"
+    load1
     timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label main --json \
       >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
   done

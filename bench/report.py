@@ -19,6 +19,12 @@ def main():
     path, doc, command = sys.argv[1], sys.argv[2], sys.argv[3]
     note = sys.argv[4] if len(sys.argv) > 4 else ""
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
+    load = None  # the 1-minute load average written just before each workload
+    for r in rows:
+        if "load1" in r and len(r) == 1:
+            load = r["load1"]
+        elif "rate" in r and load is not None:
+            r["load_at_start"] = load
     meta = {r["meta"]: r["value"] for r in rows if "meta" in r}
     runs = [r for r in rows if "workload" in r and "rate" in r]
     main_runs = [r for r in runs if r.get("label") == "main"]
@@ -35,11 +41,12 @@ def main():
                f"{meta.get('loadavg', '?')} at the start, {meta.get('loadavg_end', '?')} at the end). "
                "The stack (PostgreSQL 15, Redis, one Kafka broker) and every engine ran on this "
                "machine; each engine was driven by its own client on the same machine with the "
-               "same N and the same client concurrency.")
+               "same N and the same client concurrency, one engine after the other (the last column is the "
+               "machine's 1-minute load average when each workload began).")
     if note:
         out += ["", note]
-    out += ["", "| engine | workload | N | completed | client concurrency | throughput | p50 ms | p95 ms | p99 ms | max ms |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    out += ["", "| engine | workload | N | completed | client concurrency | throughput | p50 ms | p95 ms | p99 ms | max ms | load avg at its start |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     names = {"w1": "W1 3 steps, no waits", "w2": "W2 signal -> resume", "w3": "W3 timer lateness",
              "w4": "W4 human task round trip"}
     order = {"strand": 0, "restate": 1, "dbos": 2}
@@ -48,13 +55,13 @@ def main():
         out.append(f"| {eng} | {names.get(r['workload'], r['workload'])} | {r['n']:,} | "
                    f"{r['completed']:,} | {r['concurrency'] if r['workload'] != 'w3' else '-'} | "
                    f"{r['rate']:,.1f} {r['rate_unit']} | {fmt_ms(r['p50_ms'])} | {fmt_ms(r['p95_ms'])} | "
-                   f"{fmt_ms(r['p99_ms'])} | {fmt_ms(r['max_ms'])} |")
+                   f"{fmt_ms(r['p99_ms'])} | {fmt_ms(r['max_ms'])} | {r.get('load_at_start', '-')} |")
     for name in ("restate", "dbos"):
         p = peers.get(name)
         if p is None:
-            out.append(f"| {name} | - | | | | not run | | | | |")
+            out.append(f"| {name} | - | | | | not run | | | | | |")
         elif p["status"] != "ok":
-            out.append(f"| {name} | - | | | | {p['status']}: see below | | | | |")
+            out.append(f"| {name} | - | | | | {p['status']}: see below | | | | | |")
     out.append("")
     w4 = next((r for r in main_runs if r["workload"] == "w4" and r["engine"] == "strand"), None)
     if w4 and "task_visible_p50_ms" in w4:
@@ -102,8 +109,8 @@ def main():
             "replica as well (the client threads split between the two). Waiting instances beyond "
             "the W2 ones are added by `strand-bench --workload fill`, which copies the rows of one real "
             "waiting instance in SQL (the executor holds no per-instance state, so it cannot tell).", "",
-            "| point | waiting instances | W1 inst/s | p50 ms | p99 ms | executor RSS | 2nd executor RSS | database size |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| point | waiting instances | W1 inst/s | p50 ms | p99 ms | executor RSS | 2nd executor RSS | database size | load avg at its start |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for c in curve:
         r = next((x for x in runs if x.get("label") == c["curve"]), None)
         if r is None:
@@ -113,7 +120,7 @@ def main():
                  "api-replicas-2": "2 executor + 2 API replicas"}.get(c["curve"], "1 executor replica")
         out.append(f"| {point} | {c['waiting']:,} | {r['rate']:,.1f} | {fmt_ms(r['p50_ms'])} | "
                    f"{fmt_ms(r['p99_ms'])} | {c['executor_rss_kb']/1024:.1f} MB | {rss2} | "
-                   f"{c['db_bytes']/1048576:,.0f} MB |")
+                   f"{c['db_bytes']/1048576:,.0f} MB | {r.get('load_at_start', '-')} |")
     if fills:
         out.append("")
         out.append("Fill time: " + ", ".join(f"{f['added']:,} instances in {f['seconds']} s" for f in fills) + ".")
