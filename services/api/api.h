@@ -89,6 +89,7 @@ struct st_api {
     st_principal_t current;   /* the caller of the request being handled (HTTP thread) */
     st_command_route_t routes[ST_API_MAX_COMMAND_ROUTES];
     struct st_waiters *waiters;   /* long polls (wait_loop.c) */
+    struct st_command_pool *pool; /* write commands off the loop (command_pool.c) */
     int nroutes;
 };
 
@@ -102,6 +103,10 @@ st_err_t st_api_session_setup(PGconn *conn, st_errbuf_t *eb);
 /* Returns the HTTP thread's live connection, reconnecting if needed; on failure sets a
  * 503 answer and returns NULL. */
 PGconn *st_api_conn(st_api_t *api, st_answer_t *out);
+/* Returns the live connection in `*slot`, (re)connecting to `dsn` with the API's session
+ * settings if needed; on failure sets a 503 answer and returns NULL. The connection
+ * stays owned by `*slot`; any thread may use this for a slot of its own. */
+PGconn *st_api_connect(PGconn **slot, const char *dsn, st_answer_t *out);
 
 /* Sends the answer (problem+json for >= 400) and releases it. */
 void st_api_reply(st_http_req_t *req, st_answer_t *a);

@@ -2,11 +2,13 @@
  * strand-api: the HTTP ingress. Validates requests, writes state and outbox rows in
  * one transaction, and relays its outbox to Kafka. See README.md in this directory.
  */
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "command_pool.h"
 #include "ingress.h"
 #include "wait_loop.h"
 #include "strand/log.h"
@@ -61,6 +63,25 @@ static int read_request_timeout(void)
     return 1;
 }
 
+/* STRAND_API_WORKERS: threads (each with its own PostgreSQL connection) that run write
+ * commands; 1 to 64, default 8. */
+static int read_command_workers(int *out)
+{
+    const char *text = getenv("STRAND_API_WORKERS");
+    *out = 8;
+    if (text == NULL || text[0] == '\0')
+        return 1;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (*end != '\0' || v < 1 || v > 64) {
+        st_log_error("invalid configuration",
+                     "STRAND_API_WORKERS must be an integer from 1 to 64, got \"%s\"", text);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
 void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb)
 {
     if (strstr(eb->msg, "statement timeout") != NULL) {
@@ -87,25 +108,30 @@ void st_answer_close(st_answer_t *a)
     a->body = NULL;
 }
 
-PGconn *st_api_conn(st_api_t *api, st_answer_t *out)
+PGconn *st_api_connect(PGconn **slot, const char *dsn, st_answer_t *out)
 {
-    if (api->conn != NULL && st_pg_ensure(api->conn))
-        return api->conn;
-    if (api->conn != NULL)
-        PQfinish(api->conn);
-    api->conn = NULL;
+    if (*slot != NULL && st_pg_ensure(*slot))
+        return *slot;
+    if (*slot != NULL)
+        PQfinish(*slot);
+    *slot = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(api->svc->cfg.pg_dsn, "strand-api", &api->conn, &eb) != ST_OK ||
-        st_api_session_setup(api->conn, &eb) != ST_OK) {
-        if (api->conn != NULL)
-            PQfinish(api->conn);
-        api->conn = NULL;
+    if (st_pg_connect(dsn, "strand-api", slot, &eb) != ST_OK ||
+        st_api_session_setup(*slot, &eb) != ST_OK) {
+        if (*slot != NULL)
+            PQfinish(*slot);
+        *slot = NULL;
         st_log_warn("api could not connect to PostgreSQL", "%s", eb.msg);
         st_answer_problem(out, 503, "database_unavailable",
                           "the database is unavailable; retry later", NULL, NULL);
         return NULL;
     }
-    return api->conn;
+    return *slot;
+}
+
+PGconn *st_api_conn(st_api_t *api, st_answer_t *out)
+{
+    return st_api_connect(&api->conn, api->svc->cfg.pg_dsn, out);
 }
 
 void st_api_reply(st_http_req_t *req, st_answer_t *a)
@@ -187,12 +213,8 @@ static void handle_command(st_http_req_t *req, void *ctx)
     json_t *args = st_http_body_object(req);
     if (args == NULL)
         return;
-    st_answer_t answer = {0};
-    PGconn *conn = st_api_conn(route->api, &answer);
-    if (conn != NULL)
-        route->cmd(conn, &route->api->current, st_http_param(req, "id"), args, &answer);
-    st_api_reply(req, &answer);
-    json_decref(args);
+    st_command_pool_submit(route->api->pool, req, route->cmd, NULL, &route->api->current,
+                           st_http_param(req, "id"), NULL, args);
 }
 
 void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd)
@@ -261,7 +283,8 @@ int main(int argc, char **argv)
     }
     st_service_t svc;
     st_errbuf_t eb;
-    if (!read_request_timeout())
+    int command_workers = 0;
+    if (!read_request_timeout() || !read_command_workers(&command_workers))
         return 2;
     if (st_service_init(&svc, "api", 8080, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
@@ -273,6 +296,12 @@ int main(int argc, char **argv)
         return 1;
     }
     st_api_t api = {.svc = &svc};
+    curl_global_init(CURL_GLOBAL_DEFAULT);   /* before any thread may make an RPC call */
+    if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, command_workers, &api.pool, &eb) != ST_OK) {
+        st_log_error("could not start the command workers", "%s", eb.msg);
+        st_service_close(&svc);
+        return 1;
+    }
     if (st_auth_load(svc.cfg.auth_file, &api.auth, &eb) != ST_OK) {
         st_log_error("could not load the token file", "%s", eb.msg);
         st_service_close(&svc);
@@ -305,6 +334,7 @@ int main(int argc, char **argv)
     register_routes(&api);
     st_log_info("api ready", NULL);
     st_service_run(&svc);
+    st_command_pool_free(api.pool);
     st_waiters_free(api.waiters);
     st_ingress_stop(ingress);
     st_relay_stop(relay);
@@ -312,6 +342,7 @@ int main(int argc, char **argv)
         PQfinish(api.conn);
     st_auth_free(api.auth);
     st_service_close(&svc);
+    curl_global_cleanup();
     st_log_info("api stopped", NULL);
     return 0;
 }

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "command_pool.h"
 #include "strand/globals.h"
 #include "strand/http.h"
 #include "strand/log.h"
@@ -469,12 +470,9 @@ static void handle_rpc(st_http_req_t *req, void *ctx)
     json_t *args = st_http_body_object(req);
     if (args == NULL)
         return;
-    st_answer_t answer = {0};
-    PGconn *conn = st_api_conn(api, &answer);
-    if (conn != NULL)
-        st_cmd_rpc(conn, &api->current, st_http_param(req, "id"), st_http_param(req, "name"), args, &answer);
-    st_api_reply(req, &answer);
-    json_decref(args);
+    /* On a worker thread: the call to the process's worker may take its whole timeout. */
+    st_command_pool_submit(api->pool, req, NULL, st_cmd_rpc, &api->current,
+                           st_http_param(req, "id"), st_http_param(req, "name"), args);
 }
 
 void st_api_rpc_register(st_api_t *api)

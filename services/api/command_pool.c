@@ -1,0 +1,223 @@
+/*
+ * command_pool.c - the API's write commands on worker threads (see command_pool.h).
+ *
+ * Jobs move through two lists guarded by one mutex: `queued` (loop thread -> workers,
+ * signalled by a condition variable) and `done` (workers -> loop thread, signalled by
+ * one byte on a pipe whose read end is an event on the loop). A job owns its deferred
+ * request until the loop thread answers it; workers never touch the request.
+ */
+#define _GNU_SOURCE
+#include "command_pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "strand/log.h"
+
+#define ST_COMMAND_POOL_MAX_WORKERS 64
+
+typedef struct st_job {
+    struct st_job *next;
+    st_http_req_t *req;   /* deferred; answered and freed on the loop thread */
+    st_cmd_fn cmd;
+    st_named_cmd_fn named;
+    st_principal_t who;
+    char *id, *name;      /* owned; may be NULL */
+    json_t *args;         /* owned */
+    st_answer_t answer;
+} st_job_t;
+
+typedef struct {
+    st_job_t *head, *tail;
+} st_job_list_t;
+
+struct st_command_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    st_job_list_t queued, done;
+    int stopping;
+    int wake_pipe[2];            /* workers write, the loop reads */
+    struct event *wake_event;
+    char *dsn;
+    int nworkers;
+    pthread_t workers[ST_COMMAND_POOL_MAX_WORKERS];
+};
+
+static void list_push(st_job_list_t *l, st_job_t *job)
+{
+    job->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = job;
+    else
+        l->head = job;
+    l->tail = job;
+}
+
+static st_job_t *list_take_all(st_job_list_t *l)
+{
+    st_job_t *all = l->head;
+    l->head = l->tail = NULL;
+    return all;
+}
+
+static void job_run(st_job_t *job, PGconn **conn, const char *dsn)
+{
+    PGconn *c = st_api_connect(conn, dsn, &job->answer);
+    if (c == NULL)
+        return;
+    if (job->cmd != NULL)
+        job->cmd(c, &job->who, job->id, job->args, &job->answer);
+    else
+        job->named(c, &job->who, job->id, job->name, job->args, &job->answer);
+}
+
+/* Answers on the loop thread (or after it stopped, at free) and frees the job. */
+static void job_answer(st_job_t *job)
+{
+    st_api_reply(job->req, &job->answer);
+    st_answer_close(&job->answer);
+    json_decref(job->args);
+    free(job->id);
+    free(job->name);
+    free(job);
+}
+
+static void *worker_main(void *arg)
+{
+    st_command_pool_t *pool = arg;
+    PGconn *conn = NULL;   /* this worker's own connection */
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        while (pool->queued.head == NULL && !pool->stopping)
+            pthread_cond_wait(&pool->work, &pool->mu);
+        st_job_t *job = pool->queued.head;
+        if (job == NULL)
+            break;   /* stopping, and nothing is left to run */
+        pool->queued.head = job->next;
+        if (pool->queued.head == NULL)
+            pool->queued.tail = NULL;
+        pthread_mutex_unlock(&pool->mu);
+
+        job_run(job, &conn, pool->dsn);
+
+        pthread_mutex_lock(&pool->mu);
+        int was_empty = pool->done.head == NULL;
+        list_push(&pool->done, job);
+        if (was_empty) {
+            char one = 1;
+            /* A full pipe already holds a wake-up; nothing is lost. */
+            if (write(pool->wake_pipe[1], &one, 1) < 0 && errno != EAGAIN)
+                st_log_error("could not wake the event loop", "%s", strerror(errno));
+        }
+    }
+    pthread_mutex_unlock(&pool->mu);
+    if (conn != NULL)
+        PQfinish(conn);
+    return NULL;
+}
+
+/* The loop's side: drain the pipe, answer every finished job. */
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    st_command_pool_t *pool = arg;
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    pthread_mutex_lock(&pool->mu);
+    st_job_t *done = list_take_all(&pool->done);
+    pthread_mutex_unlock(&pool->mu);
+    while (done != NULL) {
+        st_job_t *next = done->next;
+        job_answer(done);
+        done = next;
+    }
+}
+
+st_err_t st_command_pool_new(void *base, const char *pg_dsn, int nworkers,
+                             st_command_pool_t **out, st_errbuf_t *eb)
+{
+    *out = NULL;
+    if (nworkers < 1 || nworkers > ST_COMMAND_POOL_MAX_WORKERS)
+        return st_err_set(eb, ST_ERR_CONFIG, "the command pool needs 1 to %d workers, got %d",
+                          ST_COMMAND_POOL_MAX_WORKERS, nworkers);
+    st_command_pool_t *pool = calloc(1, sizeof *pool);
+    if (pool == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the command pool");
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->work, NULL);
+    pool->dsn = strdup(pg_dsn ? pg_dsn : "");
+    if (pipe2(pool->wake_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        st_err_t err = st_err_set(eb, ST_ERR_INTERNAL, "could not create the command pool's pipe: %s",
+                                  strerror(errno));
+        free(pool->dsn);
+        free(pool);
+        return err;
+    }
+    pool->wake_event = event_new(base, pool->wake_pipe[0], EV_READ | EV_PERSIST, on_wake, pool);
+    event_add(pool->wake_event, NULL);
+    for (int i = 0; i < nworkers; i++) {
+        if (pthread_create(&pool->workers[i], NULL, worker_main, pool) != 0) {
+            st_err_t err = st_err_set(eb, ST_ERR_INTERNAL, "could not start command worker %d", i);
+            pool->nworkers = i;
+            st_command_pool_free(pool);
+            return err;
+        }
+        pool->nworkers = i + 1;
+    }
+    *out = pool;
+    return ST_OK;
+}
+
+void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_fn cmd,
+                            st_named_cmd_fn named, const st_principal_t *who, const char *id,
+                            const char *name, json_t *args)
+{
+    st_job_t *job = calloc(1, sizeof *job);
+    if (job == NULL)
+        abort();
+    job->req = st_http_defer(req);
+    job->cmd = cmd;
+    job->named = named;
+    job->who = *who;
+    job->id = id ? strdup(id) : NULL;
+    job->name = name ? strdup(name) : NULL;
+    job->args = args;
+    pthread_mutex_lock(&pool->mu);
+    list_push(&pool->queued, job);
+    pthread_cond_signal(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void st_command_pool_free(st_command_pool_t *pool)
+{
+    if (pool == NULL)
+        return;
+    pthread_mutex_lock(&pool->mu);
+    pool->stopping = 1;
+    pthread_cond_broadcast(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < pool->nworkers; i++)
+        pthread_join(pool->workers[i], NULL);
+    /* The loop has stopped: answer what finished since its last turn (the replies are
+     * buffered and go out, or not, as the server closes). */
+    st_job_t *done = list_take_all(&pool->done);
+    while (done != NULL) {
+        st_job_t *next = done->next;
+        job_answer(done);
+        done = next;
+    }
+    event_free(pool->wake_event);
+    close(pool->wake_pipe[0]);
+    close(pool->wake_pipe[1]);
+    pthread_cond_destroy(&pool->work);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool->dsn);
+    free(pool);
+}

@@ -1,0 +1,41 @@
+/*
+ * command_pool.h - runs the API's write commands (start, signal, task actions, acks,
+ * triggers, rpc) on a small pool of worker threads, each with its own PostgreSQL
+ * connection, so that concurrent requests overlap their round trips and share
+ * commits instead of queueing behind one connection on the event-loop thread, and so
+ * that an RPC waiting on its worker never stalls other requests.
+ *
+ * The event-loop thread parses and authenticates a request, hands it over with
+ * st_command_pool_submit() and goes on; a worker runs the command (which opens and
+ * commits its own transaction) and queues the answer; the loop thread sends it. Only
+ * the loop thread ever touches libevent or the request.
+ */
+#ifndef STRAND_API_COMMAND_POOL_H
+#define STRAND_API_COMMAND_POOL_H
+
+#include "api.h"
+
+typedef struct st_command_pool st_command_pool_t;
+
+/* An RPC-shaped command: like st_cmd_fn with the {name} path parameter as well. */
+typedef void (*st_named_cmd_fn)(PGconn *conn, const st_principal_t *who, const char *id,
+                                const char *name, const json_t *args, st_answer_t *out);
+
+/* Starts `nworkers` threads (1-64) that connect to `pg_dsn` lazily and answer on the
+ * event base `base` (a struct event_base *). Caller frees with st_command_pool_free()
+ * after the loop has stopped. */
+st_err_t st_command_pool_new(void *base, const char *pg_dsn, int nworkers,
+                             st_command_pool_t **out, st_errbuf_t *eb);
+
+/* Queues `cmd` (or `named` with `name`, when `cmd` is NULL) for a worker and defers
+ * `req`, which is answered later on the loop thread. Copies `who`, `id` and `name`;
+ * takes ownership of `args`. Call on the loop thread only. */
+void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_fn cmd,
+                            st_named_cmd_fn named, const st_principal_t *who, const char *id,
+                            const char *name, json_t *args);
+
+/* Lets the workers finish every queued command, joins them, answers what is left and
+ * frees the pool. NULL is a no-op. */
+void st_command_pool_free(st_command_pool_t *pool);
+
+#endif
