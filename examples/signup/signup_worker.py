@@ -29,6 +29,7 @@ Routes besides the sign-up's own, for the demos in docs/processes.md:
 import argparse
 import json
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -100,6 +101,7 @@ ROUTES = {
     "/demo/branch": lambda req: {"next": req["input"].get("branches", [])},
     "/demo/decide": lambda req: req["input"]["decisions"][req["state"]],
     "/demo/rpc": lambda req: dict(req["input"], output="ok"),
+    "/demo/slow_rpc": lambda req: (time.sleep(req["input"]["sleep_ms"] / 1000), {"output": "slow"})[1],
 }
 
 

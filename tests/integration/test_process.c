@@ -12,6 +12,7 @@
  *   - bad input: an undeclared rpc, a process whose globals lack their table.
  */
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -457,6 +458,55 @@ static void test_rpc_starts_a_thread(void)
     free(name);
 }
 
+/* An RPC runs on an API worker thread: while one waits 3 s for its worker, a start and
+ * a read of the same API are answered (they used to queue behind it on the loop). */
+typedef struct {
+    char path[200];
+    long status;
+    volatile int done;
+} slow_rpc_t;
+
+static void *post_slow_rpc(void *arg)
+{
+    slow_rpc_t *call = arg;
+    call->status = it_http(IT_API, "POST", call->path, "{\"input\":{\"sleep_ms\":3000}}", NULL);
+    __atomic_store_n(&call->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_rpc_does_not_stall_the_api(void)
+{
+    char *name = import_static(
+        "slowrpc", NULL,
+        "\"queues\":[\"q\"],\"rpcs\":[{\"name\":\"slow\",\"url\":\"URL/demo/slow_rpc\",\"timeout_ms\":10000}],"
+        "\"start\":[\"main\"],\"states\":["
+        "{\"id\":\"main\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"q\"}]},\"next\":[]}]");
+    char ref[80];
+    snprintf(ref, sizeof ref, "slowrpc_%s", sfx);
+    long status;
+    char *id = start_process(name, ref, "{}", &status);
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    CU_ASSERT_EQUAL(wait_history(id, "process_started", 1, 10), 1);
+    slow_rpc_t call = {.status = 0};
+    snprintf(call.path, sizeof call.path, "/v1/instances/%s/rpc/slow", id);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, post_slow_rpc, &call), 0);
+    usleep(300 * 1000);   /* the RPC is with the worker now */
+    char ref2[96];
+    snprintf(ref2, sizeof ref2, "slowrpc2_%s", sfx);
+    char *other = start_process(name, ref2, "{}", &status);
+    CU_ASSERT_EQUAL(status, 201);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(__atomic_load_n(&call.done, __ATOMIC_ACQUIRE), 0);   /* still in flight */
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(call.status, 200);
+    free(other);
+    free(id);
+    free(name);
+}
+
 /* A process that waits for queue q, then asks the worker for its decision:
  * input.decisions.s is {complete: ...} or {fail: ...}. */
 static const char *DECIDE =
@@ -629,6 +679,7 @@ int main(void)
         {"any_of and all_of", test_any_of_and_all_of},
         {"parallel next states and dead ends", test_parallel_next_states_and_dead_ends},
         {"rpc starts a thread", test_rpc_starts_a_thread},
+        {"rpc does not stall the api", test_rpc_does_not_stall_the_api},
         {"id reuse policies", test_id_reuse_policies},
         {"worker retried with backoff", test_worker_retried_with_backoff},
         {"process timeout", test_process_timeout},
