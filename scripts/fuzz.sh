@@ -7,7 +7,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 secs=${1:-30}
-scripts/build.sh fuzz >/dev/null
+if ! build_log=$(scripts/build.sh fuzz 2>&1); then
+  echo "fuzz: the clang build failed:"; echo "$build_log" | grep -E 'error|FAILED' | head -n 40
+  exit 1
+fi
 findings=$repo/build-fuzz/findings
 mkdir -p "$findings"
 rc=0

@@ -276,7 +276,7 @@ static void test_public_and_meta(void)
     char *text = NULL, ctype[128];
     CU_ASSERT_EQUAL(call(NULL, "GET", "/healthz", NULL, NULL, NULL, NULL, 0), 200);
     CU_ASSERT_EQUAL(call(NULL, "GET", "/metrics", NULL, NULL, &text, NULL, 0), 200);
-    CU_ASSERT_PTR_NOT_NULL(text && strstr(text, "strand_http_requests_total"));
+    CU_ASSERT_TRUE(text != NULL && strstr(text, "strand_http_requests_total") != NULL);
     free(text);
     json_t *doc = NULL;
     CU_ASSERT_EQUAL(req(NULL, "GET", "/v1/openapi.json", NULL, &doc), 200);
@@ -986,7 +986,7 @@ static void test_strandctl(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "error 404 instance_not_found"));
     free(out);
     CU_ASSERT_EQUAL(strandctl(T_CAROL, "instances list --created-before tomorrow", &out), 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "invalid_time") && strstr(out, "/created_before"));
+    CU_ASSERT_TRUE(strstr(out, "invalid_time") != NULL && strstr(out, "/created_before") != NULL);
     free(out);
     CU_ASSERT_EQUAL(strandctl(NULL, "definitions list", &out), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "error 401 unauthenticated"));
