@@ -20,7 +20,6 @@
  * The call blocks the API's HTTP thread for at most the rpc's timeout_ms (default
  * 5000, at most 60000): keep RPC handlers short.
  */
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +32,9 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
+#include "strand/worker_http.h"
 
 #define RPC_DEFAULT_TIMEOUT_MS 5000
-#define RPC_MAX_RESPONSE (1 << 20)
 #define RPC_MAX_PUBLISH 16
 
 static const char *const sql_rpc_instance =
@@ -62,75 +61,33 @@ static const char *const sql_rpc_touch =
 static const char *const sql_rpc_history =
     "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'rpc', $2::jsonb)";
 
-typedef struct {
-    char *data;
-    size_t len;
-} rpc_body_t;
-
-static size_t rpc_collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    rpc_body_t *b = userdata;
-    size_t n = size * nmemb;
-    if (b->len + n > RPC_MAX_RESPONSE)
-        return 0;
-    char *grown = realloc(b->data, b->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    b->data = grown;
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
-
 /* POSTs `request` to `url`. Returns the parsed 2xx JSON answer (caller decrefs), or
  * NULL with `why` filled. */
-static json_t *rpc_post(const char *url, const json_t *request, const char *key, long timeout_ms,
-                        char *why, size_t why_len)
+static json_t *rpc_post(const char *url, const json_t *request, const char *key,
+                        const char *instance_id, long timeout_ms, char *why, size_t why_len)
 {
     char *body = json_dumps(request, JSON_COMPACT);
-    CURL *curl = curl_easy_init();
-    if (body == NULL || curl == NULL) {
-        free(body);
-        if (curl)
-            curl_easy_cleanup(curl);
+    if (body == NULL) {
         snprintf(why, why_len, "out of memory");
         return NULL;
     }
-    char key_header[340];
-    snprintf(key_header, sizeof key_header, "Idempotency-Key: %s", key);
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    headers = curl_slist_append(headers, key_header);
-    rpc_body_t answer = {NULL, 0};
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, rpc_collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
-    CURLcode rc = curl_easy_perform(curl);
-    long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    st_worker_reply_t reply;
     json_t *out = NULL;
-    if (rc != CURLE_OK) {
-        snprintf(why, why_len, "the worker did not answer: %s", curl_easy_strerror(rc));
-    } else if (status < 200 || status > 299) {
-        snprintf(why, why_len, "the worker answered HTTP %ld", status);
+    if (st_worker_call("POST", url, body, key, instance_id, NULL, timeout_ms, &reply) != ST_OK) {
+        snprintf(why, why_len, "the worker did not answer: %s", reply.error);
+    } else if (reply.status < 200 || reply.status > 299) {
+        snprintf(why, why_len, "the worker answered HTTP %ld", reply.status);
     } else {
         json_error_t jerr;
-        out = answer.data ? json_loads(answer.data, 0, &jerr) : NULL;
+        out = reply.body ? json_loads(reply.body, 0, &jerr) : NULL;
         if (!json_is_object(out)) {
             json_decref(out);
             out = NULL;
             snprintf(why, why_len, "the worker's answer is not a JSON object");
         }
     }
-    free(answer.data);
+    st_worker_reply_close(&reply);
     free(body);
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
     return out;
 }
 
@@ -433,7 +390,7 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
                                 "attributes", attributes);
     const json_t *t = json_object_get(rpc, "timeout_ms");
     char why[300];
-    answer = rpc_post(url, request, key, json_is_integer(t) ? (long)json_integer_value(t) : RPC_DEFAULT_TIMEOUT_MS,
+    answer = rpc_post(url, request, key, id, json_is_integer(t) ? (long)json_integer_value(t) : RPC_DEFAULT_TIMEOUT_MS,
                       why, sizeof why);
     json_decref(request);
     if (answer == NULL) {

@@ -15,10 +15,10 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
+#include "strand/worker_http.h"
 
 #define CLAIM_BATCH 16
 #define HOUSEKEEPING_EVERY_S 60
-#define MAX_RESPONSE_BYTES (1 << 20)
 
 struct st_dispatcher {
     st_service_t *svc;
@@ -48,27 +48,6 @@ static const char *const sql_call_result =
     "UPDATE strand.calls SET status = $2, result = $3::jsonb, updated_at = now()"
     " WHERE id = $1::uuid AND status = 'sent'";
 
-typedef struct {
-    char *data;
-    size_t len;
-} body_t;
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    body_t *b = userdata;
-    size_t n = size * nmemb;
-    if (b->len + n > MAX_RESPONSE_BYTES)
-        return 0;   /* aborts the transfer: an oversized answer is a failed call */
-    char *grown = realloc(b->data, b->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    b->data = grown;
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
-
 /* Performs one HTTP call; returns the result object for the CALL_RESULT payload. */
 static json_t *perform_http(const char *request_text, const char *idempotency_key,
                             long timeout_ms, const char *instance_id, int attempt)
@@ -90,52 +69,23 @@ static json_t *perform_http(const char *request_text, const char *idempotency_ke
         json_object_set_new(body_json, "attempt", json_integer(attempt));
         json_object_set_new(body_json, "idempotency_key", json_string(idempotency_key));
     }
-    char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
-    CURL *curl = curl_easy_init();
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    char key_header[300];
-    snprintf(key_header, sizeof key_header, "Idempotency-Key: %s", idempotency_key);
-    headers = curl_slist_append(headers, key_header);
-    char instance_header[100];
-    snprintf(instance_header, sizeof instance_header, "Strand-Instance-Id: %s", instance_id);
-    headers = curl_slist_append(headers, instance_header);
-    const char *name;
-    json_t *value;
-    json_object_foreach(json_object_get(request, "headers"), name, value) {
-        if (!json_is_string(value) || strchr(name, '\n') || strchr(json_string_value(value), '\n'))
-            continue;
-        char line[1024];
-        snprintf(line, sizeof line, "%s: %s", name, json_string_value(value));
-        headers = curl_slist_append(headers, line);
-    }
-    body_t answer = {NULL, 0};
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method ? method : "POST");
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
-    CURLcode rc = curl_easy_perform(curl);
-    long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    st_worker_reply_t reply;
     json_t *result;
-    if (rc != CURLE_OK) {
-        result = json_pack("{s:b, s:s, s:b}", "ok", 0, "error", curl_easy_strerror(rc),
-                           "timeout", rc == CURLE_OPERATION_TIMEDOUT);
+    if (st_worker_call(method, url, body, idempotency_key, instance_id,
+                       json_object_get(request, "headers"), timeout_ms, &reply) != ST_OK) {
+        result = json_pack("{s:b, s:s, s:b}", "ok", 0, "error", reply.error, "timeout",
+                           reply.timed_out);
     } else {
-        json_t *parsed = answer.data ? json_loads(answer.data, JSON_DECODE_ANY, &jerr) : NULL;
+        json_t *parsed = reply.body ? json_loads(reply.body, JSON_DECODE_ANY, &jerr) : NULL;
         if (parsed == NULL)
-            parsed = answer.data ? json_string(answer.data) : json_null();
+            parsed = reply.body ? json_string(reply.body) : json_null();
         if (parsed == NULL)   /* not UTF-8 */
             parsed = json_null();
-        result = json_pack("{s:b, s:i, s:o}", "ok", status >= 200 && status < 300, "status",
-                           (int)status, "body", parsed);
+        result = json_pack("{s:b, s:i, s:o}", "ok", reply.status >= 200 && reply.status < 300,
+                           "status", (int)reply.status, "body", parsed);
     }
-    free(answer.data);
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
+    st_worker_reply_close(&reply);
     free(body);
     json_decref(request);
     return result;
