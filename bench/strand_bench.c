@@ -21,7 +21,10 @@
  *   fill  adds N waiting instances by copying the rows of one real waiting instance
  *         (instances, runtime_states, history) in SQL: in-flight load for cost curves.
  *
- * --api takes several API replicas, comma-separated: client thread i talks to the
+ * W1 and W2 are closed loop: each client thread waits for its instance to end (long
+ * poll of GET /v1/instances/{id}) before its next request, as the peers' request/response
+ * calls do; --open sends as fast as the API accepts (the executor's backlog then adds
+ * to the latency). --api takes several API replicas, comma-separated: client thread i talks to the
  * (i mod count)-th. Every run is bounded by --timeout (default 300 s): unfinished instances are counted,
  * not waited for. Clocks: client times are CLOCK_REALTIME on the same machine as
  * PostgreSQL, whose now() the ended_at/fired_at stamps come from. --storage prints
@@ -374,6 +377,31 @@ static int start_instance(CURL *c, const char *def, int i, char id[40])
 }
 
 static const char *g_start_def;
+static int g_open; /* --open: do not wait for completion before the next request */
+
+/* Closed loop: long-polls GET /v1/instances/{id} until the instance has ended (or the
+ * deadline), so that a client has one instance in flight at a time, as the peers'
+ * request/response calls do. */
+static void wait_done(CURL *c, const char *id)
+{
+    long long after = -1;
+    while (now_ms() < g_deadline_ms) {
+        char path[192];
+        if (after < 0)
+            snprintf(path, sizeof path, "/v1/instances/%s", id);
+        else
+            snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=5000&after_version=%lld", id, after);
+        json_t *out = NULL;
+        long st = http(c, "GET", path, NULL, &out);
+        const char *status = json_string_value(json_object_get(out, "status"));
+        int ended = status != NULL && strcmp(status, "pending") != 0 && strcmp(status, "waiting") != 0 &&
+                    strcmp(status, "running") != 0;
+        after = json_integer_value(json_object_get(out, "state_version"));
+        json_decref(out);
+        if (st != 200 || ended)
+            return;
+    }
+}
 
 static void *starter(void *arg)
 {
@@ -382,8 +410,11 @@ static void *starter(void *arg)
     int i;
     while ((i = take_index()) >= 0) {
         double t = now_ms();
-        if (start_instance(c, g_start_def, i, g_items[i].id))
+        if (start_instance(c, g_start_def, i, g_items[i].id)) {
             g_items[i].t_send = t;
+            if (!g_open && strcmp(g_start_def, "bench_w1") == 0)
+                wait_done(c, g_items[i].id);
+        }
     }
     curl_easy_cleanup(c);
     return NULL;
@@ -401,9 +432,11 @@ static void *signaller(void *arg)
         snprintf(path, sizeof path, "/v1/instances/%s/signals", g_items[i].id);
         double t = now_ms();
         long st = http(c, "POST", path, "{\"name\":\"go\",\"payload\":{\"v\":1}}", NULL);
-        if (st == 202)
+        if (st == 202) {
             g_items[i].t_send = t;
-        else
+            if (!g_open)
+                wait_done(c, g_items[i].id);
+        } else
             fprintf(stderr, "strand-bench: signal answered %ld\n", st);
     }
     curl_easy_cleanup(c);
@@ -699,7 +732,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: strand-bench --workload w1|w2|w3|w4|fill [--n N] [--concurrency C]\n"
             "                    [--timeout S] [--window-ms MS] [--api URL[,URL...]] [--label TEXT]\n"
-            "                    [--storage] [--json]\n"
+            "                    [--storage] [--json] [--open]\n"
             "Needs STRAND_PG_DSN (eval \"$(scripts/stack.sh env)\") and the services running.\n");
 }
 
@@ -743,6 +776,8 @@ int main(int argc, char **argv)
             g_opt.storage = 1;
         else if (strcmp(a, "--json") == 0)
             g_opt.json = 1;
+        else if (strcmp(a, "--open") == 0)
+            g_open = 1;
         else {
             usage();
             return 2;
