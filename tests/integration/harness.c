@@ -227,26 +227,34 @@ static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-/* One request; the raw body goes to *raw (caller frees). */
-static long http_raw(it_service_t svc, const char *method, const char *path, const char *body,
-                     char **raw)
+long it_http_request(it_service_t svc, const char *token, const char *method, const char *path,
+                     const char *body, char **raw, char *ctype, size_t ctype_len)
 {
-    char url[1024];
+    char url[1024], auth[200];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", it_port(svc), path);
     CURL *curl = curl_easy_init();
     buf_t b = {NULL, 0};
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (token != NULL) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        headers = curl_slist_append(headers, auth);
+    }
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 20L);
     if (body != NULL)
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
     long status = -1;
-    if (curl_easy_perform(curl) == CURLE_OK)
+    if (curl_easy_perform(curl) == CURLE_OK) {
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+        char *ct = NULL;
+        curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &ct);
+        if (ctype != NULL)
+            snprintf(ctype, ctype_len, "%s", ct ? ct : "");
+    }
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     *raw = b.data;
@@ -257,7 +265,7 @@ long it_http(it_service_t svc, const char *method, const char *path, const char 
              json_t **out)
 {
     char *raw = NULL;
-    long status = http_raw(svc, method, path, body, &raw);
+    long status = it_http_request(svc, NULL, method, path, body, &raw, NULL, 0);
     if (out != NULL) {
         json_error_t jerr;
         *out = raw ? json_loads(raw, JSON_DECODE_ANY, &jerr) : NULL;
@@ -268,7 +276,7 @@ long it_http(it_service_t svc, const char *method, const char *path, const char 
 
 long it_http_text(it_service_t svc, const char *path, char **text)
 {
-    return http_raw(svc, "GET", path, NULL, text);
+    return it_http_request(svc, NULL, "GET", path, NULL, text, NULL, 0);
 }
 
 long long it_sql_number(const char *sql)

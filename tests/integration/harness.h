@@ -58,6 +58,12 @@ int it_stop_all(void);
 long it_http(it_service_t svc, const char *method, const char *path, const char *body,
              json_t **out);
 
+/* One HTTP request with a bearer `token` (NULL: none). Returns the status (-1 if
+ * unreachable); *raw gets the body text or NULL (caller frees); `ctype`, if not NULL,
+ * the Content-Type. Times out after 20 s. */
+long it_http_request(it_service_t svc, const char *token, const char *method, const char *path,
+                     const char *body, char **raw, char *ctype, size_t ctype_len);
+
 /* GET returning the raw body in *text (caller frees). Returns the status. */
 long it_http_text(it_service_t svc, const char *path, char **text);
 

@@ -31,65 +31,19 @@ static char flow[64], life[64];
 static char inst_waiting[40];    /* waits in the approve task */
 static char task_approve[40];
 
-typedef struct {
-    char *data;
-    size_t len;
-} buf_t;
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    buf_t *b = userdata;
-    size_t n = size * nmemb;
-    char *grown = realloc(b->data, b->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    b->data = grown;
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
-
 /* One request with an optional bearer token. Returns the status; *out the parsed
  * body (may be NULL), *raw the body text, *ctype the Content-Type (all optional). */
 static long call(const char *token, const char *method, const char *path, const char *body,
                  json_t **out, char **raw, char *ctype, size_t ctype_len)
 {
-    char url[1024], auth[200];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", it_port(IT_API), path);
-    CURL *curl = curl_easy_init();
-    buf_t b = {NULL, 0};
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (token != NULL) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        headers = curl_slist_append(headers, auth);
-    }
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 20L);
-    if (body != NULL)
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    long status = -1;
-    if (curl_easy_perform(curl) == CURLE_OK) {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-        char *ct = NULL;
-        curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &ct);
-        if (ctype != NULL)
-            snprintf(ctype, ctype_len, "%s", ct ? ct : "");
-    }
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
+    char *own = NULL;
+    char **text = raw != NULL ? raw : &own;
+    long status = it_http_request(IT_API, token, method, path, body, text, ctype, ctype_len);
     if (out != NULL) {
         json_error_t jerr;
-        *out = b.data ? json_loads(b.data, JSON_DECODE_ANY, &jerr) : NULL;
+        *out = *text ? json_loads(*text, JSON_DECODE_ANY, &jerr) : NULL;
     }
-    if (raw != NULL)
-        *raw = b.data;
-    else
-        free(b.data);
+    free(own);
     return status;
 }
 
@@ -941,13 +895,17 @@ static int strandctl(const char *token, const char *args, char **out)
         unsetenv("STRAND_API_TOKEN");
     snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
     FILE *p = popen(cmd, "r");
-    buf_t b = {NULL, 0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
     char chunk[4096];
     size_t n;
-    while (p != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        collect(chunk, 1, n, &b);
+    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        fwrite(chunk, 1, n, mem);
+    if (mem != NULL)
+        fclose(mem);
     int status = p ? pclose(p) : -1;
-    *out = b.data ? b.data : strdup("");
+    *out = text ? text : strdup("");
     return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -181,6 +181,15 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         rd_kafka_conf_destroy(conf);
         return err;
     }
+    /* A subscribed topic that the broker does not list yet (just created while its
+     * controller was still loading, e.g. right after a broker restart) is only looked
+     * up again at the next metadata refresh: 5 minutes by default, during which the
+     * consumer gets no partitions. Refresh every 5 s instead. */
+    if (getenv("STRAND_KAFKA_CONF_TOPIC_METADATA_REFRESH_INTERVAL_MS") == NULL &&
+        (err = conf_set(conf, "topic.metadata.refresh.interval.ms", "5000", eb)) != ST_OK) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
     rd_kafka_conf_set_stats_cb(conf, on_stats);
     if (opts != NULL) {
         if (opts->on_rebalance != NULL)
