@@ -350,3 +350,20 @@ json_t *it_wait_instance(const char *id, const char *want, int timeout_s)
     }
     return NULL;
 }
+
+int it_produce_ingress(const void *bytes, size_t len)
+{
+    const unsigned char *b = bytes;
+    char *sql = malloc(len * 2 + 256);
+    if (sql == NULL)
+        return 0;
+    size_t n = (size_t)sprintf(sql, "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
+                                    " VALUES ('ingress', 'k', '\\x");
+    for (size_t i = 0; i < len; i++)
+        n += (size_t)sprintf(sql + n, "%02x", b[i]);
+    sprintf(sql + n, "'::bytea) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
+                     " SELECT count(*) FROM ins, n");
+    long long rows = it_sql_number(sql);
+    free(sql);
+    return rows == 1;
+}

@@ -90,4 +90,8 @@ int it_run_suite(const char *suite, const it_case_t *cases, int ncases);
  * number (-1 on error). */
 long long it_sql_number(const char *sql);
 
+/* Puts raw bytes on the test's ingress topic the way an application producer would
+ * (an outbox row the services' relay publishes). Returns 1 on success. */
+int it_produce_ingress(const void *bytes, size_t len);
+
 #endif

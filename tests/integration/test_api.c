@@ -810,16 +810,7 @@ static int produce_command(Strand__V1__CommandType type, const char *token, cons
     cmd.args.len = strlen(args);
     uint8_t buf[1024];
     size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    char *sql = malloc(len * 2 + 256);
-    size_t n = (size_t)sprintf(sql, "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
-                                    " VALUES ('ingress', 'k', '\\x");
-    for (size_t i = 0; i < len; i++)
-        n += (size_t)sprintf(sql + n, "%02x", buf[i]);
-    sprintf(sql + n, "'::bytea) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
-                     " SELECT count(*) FROM ins, n");
-    long long rows = it_sql_number(sql);
-    free(sql);
-    return rows == 1;
+    return it_produce_ingress(buf, len);
 }
 
 static double metric(const char *series)

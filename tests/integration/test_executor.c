@@ -127,22 +127,6 @@ static void test_signal_validation(void)
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 409);
 }
 
-/* Publishes bytes to the ingress topic through the outbox (as an application would
- * produce them); returns 1 on success. */
-static int produce_ingress(const uint8_t *bytes, size_t len)
-{
-    char *sql = malloc(len * 2 + 256);
-    size_t n = (size_t)sprintf(sql, "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload)"
-                                    " VALUES ('ingress', 'k', '\\x");
-    for (size_t i = 0; i < len; i++)
-        n += (size_t)sprintf(sql + n, "%02x", bytes[i]);
-    sprintf(sql + n, "'::bytea) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
-                     " SELECT count(*) FROM ins, n");
-    long long rows = it_sql_number(sql);
-    free(sql);
-    return rows == 1;
-}
-
 static void test_kafka_ingress(void)
 {
     char ref[96], args[384];
@@ -161,7 +145,7 @@ static void test_kafka_ingress(void)
     long long refused_before = it_sql_number(
         "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'"
         " AND reason LIKE '%definition%'");
-    CU_ASSERT_TRUE_FATAL(produce_ingress(buf, len));
+    CU_ASSERT_TRUE_FATAL(it_produce_ingress(buf, len));
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s'"
              " AND status = 'completed' AND output->>'message' = 'hello kafka'", ref);
@@ -172,10 +156,10 @@ static void test_kafka_ingress(void)
     cmd.args.data = (uint8_t *)bad_args;
     cmd.args.len = strlen(bad_args);
     len = strand__v1__ingress_command__pack(&cmd, buf);
-    CU_ASSERT_TRUE(produce_ingress(buf, len));
+    CU_ASSERT_TRUE(it_produce_ingress(buf, len));
     /* Not a protobuf at all. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
-    CU_ASSERT_TRUE(produce_ingress(junk, sizeof junk));
+    CU_ASSERT_TRUE(it_produce_ingress(junk, sizeof junk));
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters", dead + 2, 30), dead + 2);
     CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >=
                    notices + 2);
@@ -188,7 +172,7 @@ static void test_kafka_ingress(void)
     cmd.args.data = (uint8_t *)args;
     cmd.args.len = strlen(args);
     len = strand__v1__ingress_command__pack(&cmd, buf);
-    CU_ASSERT_TRUE(produce_ingress(buf, len));
+    CU_ASSERT_TRUE(it_produce_ingress(buf, len));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s-2'",
              ref);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
