@@ -156,6 +156,14 @@ int it_stack(const char *args)
 
 int it_start_all(int timeout_s)
 {
+    /* A case that ended on a fatal assert skipped its it_stop_all(); its services
+     * would still answer on these ports and hide the new ones failing to bind. */
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (pids[i] > 0) {
+            fprintf(stderr, "%s was left running by the previous case; stopping it\n",
+                    service_names[i]);
+            it_stop((it_service_t)i, SIGTERM, 30);
+        }
     for (int i = 0; i < IT_NSERVICES; i++)
         if (it_start((it_service_t)i) < 0)
             return 0;

@@ -24,6 +24,10 @@
 
 #define SAFETY_WAIT_MS 30000
 #define PURGE_EVERY_S 60
+/* Arbitrary constant: the advisory lock key that lets one relay at a time claim and
+ * publish. Two relays publishing side by side could send one key's rows out of
+ * commit order (rows N and N+1 claimed by different relays, N+1 delivered first). */
+#define RELAY_LOCK_KEY "7306532"
 
 struct st_relay {
     st_config_t cfg;
@@ -116,22 +120,27 @@ static int relay_connect(st_relay_t *r)
     return 1;
 }
 
-/* Claims up to relay_batch rows, publishes them, marks the delivered ones.
- * Returns the number of rows claimed, or -1 on a database error. */
+/* Claims up to relay_batch rows in id order, publishes them, marks the delivered
+ * ones up to the first failure. Relays take turns under RELAY_LOCK_KEY (the lock
+ * statement runs before the claim, so the claim's snapshot sees what the previous
+ * holder marked). Returns the number of rows claimed, or -1 on a database error. */
 static int relay_drain_once(st_relay_t *r)
 {
+    static const char *const sql_relay_lock =
+        "SELECT pg_advisory_xact_lock(" RELAY_LOCK_KEY ")";
     static const char *const sql_outbox_claim =
         "SELECT id, topic, key, payload,"
         " extract(epoch FROM (clock_timestamp() - created_at))"
         " FROM strand.outbox WHERE published_at IS NULL"
-        " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+        " ORDER BY id LIMIT $1 FOR UPDATE";
     static const char *const sql_outbox_mark =
         "UPDATE strand.outbox SET published_at = now() WHERE id = ANY($1::bigint[])";
     st_errbuf_t eb;
     char limit[16];
     snprintf(limit, sizeof limit, "%d", r->cfg.relay_batch);
     const char *params[] = {limit};
-    if (st_pg_begin(r->conn, &eb) != ST_OK)
+    if (st_pg_begin(r->conn, &eb) != ST_OK ||
+        st_pg_exec(r->conn, sql_relay_lock, 0, NULL, NULL, &eb) != ST_OK)
         goto db_error;
     PGresult *rows = NULL;
     /* Text results: payload arrives hex-escaped and is unescaped per row below. */
@@ -175,13 +184,16 @@ static int relay_drain_once(st_relay_t *r)
         }
     }
     rd_kafka_flush(r->producer, 30000);
-    /* Build the id array of the rows Kafka acknowledged. */
+    /* Build the id array of the rows Kafka acknowledged before the first failure.
+     * Rows after a failure stay unpublished even if they were delivered: sending
+     * them again after the failed one keeps each key in commit order, and a
+     * duplicate is recognised downstream by its signal id, a reordering is not. */
     size_t cap = (size_t)n * 24 + 4, len = 0;
     char *ids = malloc(cap);
     if (ids == NULL)
         abort();
     ids[len++] = '{';
-    int delivered = 0;
+    int delivered = 0, failed = 0;
     for (int i = 0; i < n; i++) {
         if (!status[i].done || status[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             st_metric_inc(r->failed);
@@ -189,8 +201,11 @@ static int relay_drain_once(st_relay_t *r)
                         "id=%s topic=%s error=%s", PQgetvalue(rows, i, 0),
                         PQgetvalue(rows, i, 1),
                         status[i].done ? rd_kafka_err2str(status[i].err) : "no delivery report");
+            failed = 1;
             continue;
         }
+        if (failed)
+            continue;
         len += (size_t)snprintf(ids + len, cap - len, "%s%s", delivered ? "," : "",
                                 PQgetvalue(rows, i, 0));
         st_metric_observe(r->lag, atof(PQgetvalue(rows, i, 4)));

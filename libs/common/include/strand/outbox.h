@@ -4,10 +4,11 @@
  * Every message a state change causes is written to strand.outbox in the same
  * PostgreSQL transaction (st_outbox_add_tx); nothing on a transactional path produces
  * to Kafka directly. The relay, a thread in each writing service, moves committed rows
- * to Kafka: it wakes on LISTEN/NOTIFY, claims rows with FOR UPDATE SKIP LOCKED (so any
- * number of replicas share the work), produces them with the idempotent producer and
- * marks them published only after their delivery reports succeed. Published rows are
- * purged after STRAND_OUTBOX_RETENTION_S.
+ * to Kafka: it wakes on LISTEN/NOTIFY, takes a transaction-scoped advisory lock (so
+ * any number of relays run, one at a time, and each key's messages keep their commit
+ * order), claims the oldest rows, produces them with the idempotent producer and marks
+ * them published only after their delivery reports succeed, up to the first failure.
+ * Published rows are purged after STRAND_OUTBOX_RETENTION_S.
  */
 #ifndef STRAND_OUTBOX_H
 #define STRAND_OUTBOX_H
