@@ -1,9 +1,13 @@
 /* test_config.c - environment configuration: defaults and clear errors. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "st_test.h"
 #include "strand/config.h"
+#include "strand/kafka.h"
 
 static void clear_env(void)
 {
@@ -66,5 +70,50 @@ static void test_rejects_bad_values(void)
     clear_env();
 }
 
+/* Value of librdkafka property `key` on a client, into `buf`. */
+static const char *kafka_setting(rd_kafka_t *rk, const char *key, char *buf, size_t len)
+{
+    size_t n = len;
+    if (rd_kafka_conf_get(rd_kafka_conf(rk), key, buf, &n) != RD_KAFKA_CONF_OK)
+        snprintf(buf, len, "?");
+    return buf;
+}
+
+/* STRAND_KAFKA_CONF_* wins over Strand's tunable defaults, not over the settings the
+ * outbox and offset handling rest on. No broker is needed to build a client. */
+static void test_kafka_overrides(void)
+{
+    clear_env();
+    setenv("STRAND_KAFKA_BROKERS", "127.0.0.1:1", 1);
+    setenv("STRAND_KAFKA_CONF_LINGER_MS", "7", 1);
+    setenv("STRAND_KAFKA_CONF_ACKS", "1", 1);
+    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "0", 1);
+    setenv("STRAND_KAFKA_CONF_ENABLE_AUTO_COMMIT", "true", 1);
+    st_config_t cfg;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "api", 8080, &eb), ST_OK);
+    char v[64];
+    rd_kafka_t *producer = NULL;
+    CU_ASSERT_EQUAL_FATAL(st_kafka_producer_new(&cfg, NULL, &producer, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "linger.ms", v, sizeof v), "7");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "acks", v, sizeof v), "-1");   /* all */
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "enable.idempotence", v, sizeof v), "true");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "message.timeout.ms", v, sizeof v), "30000");
+    rd_kafka_destroy(producer);
+    const char *topics[] = {ST_TOPIC_SIGNALS, NULL};
+    rd_kafka_t *consumer = NULL;
+    CU_ASSERT_EQUAL_FATAL(st_kafka_consumer_new(&cfg, "g", topics, NULL, &consumer, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "statistics.interval.ms", v, sizeof v), "0");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "enable.auto.commit", v, sizeof v), "false");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "topic.metadata.refresh.interval.ms", v,
+                                         sizeof v), "5000");
+    rd_kafka_destroy(consumer);
+    unsetenv("STRAND_KAFKA_CONF_LINGER_MS");
+    unsetenv("STRAND_KAFKA_CONF_ACKS");
+    unsetenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS");
+    unsetenv("STRAND_KAFKA_CONF_ENABLE_AUTO_COMMIT");
+    clear_env();
+}
+
 ST_TEST_MAIN("config", ST_TEST(test_defaults), ST_TEST(test_overrides),
-             ST_TEST(test_rejects_bad_values))
+             ST_TEST(test_rejects_bad_values), ST_TEST(test_kafka_overrides))

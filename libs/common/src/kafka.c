@@ -22,8 +22,18 @@ static st_err_t conf_set(rd_kafka_conf_t *conf, const char *key, const char *val
     return ST_OK;
 }
 
-/* Common settings plus STRAND_KAFKA_CONF_* pass-through. */
-static st_err_t base_conf(const st_config_t *cfg, rd_kafka_conf_t **out, st_errbuf_t *eb)
+/* One librdkafka property and its value. */
+typedef struct {
+    const char *key, *value;
+} kafka_setting_t;
+
+/* Builds a client configuration in three layers: `tunables` (Strand's defaults,
+ * NULL-terminated), then every STRAND_KAFKA_CONF_* variable (so an operator can change
+ * any of them, or add any other property), then `required` (settings Strand's
+ * correctness rests on; they win over the environment). Caller owns `*out`. */
+static st_err_t base_conf(const st_config_t *cfg, const kafka_setting_t *tunables,
+                          const kafka_setting_t *required, rd_kafka_conf_t **out,
+                          st_errbuf_t *eb)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char client_id[128];
@@ -31,6 +41,8 @@ static st_err_t base_conf(const st_config_t *cfg, rd_kafka_conf_t **out, st_errb
     st_err_t err = conf_set(conf, "bootstrap.servers", cfg->kafka_brokers, eb);
     if (err == ST_OK)
         err = conf_set(conf, "client.id", client_id, eb);
+    for (const kafka_setting_t *t = tunables; err == ST_OK && t->key != NULL; t++)
+        err = conf_set(conf, t->key, t->value, eb);
     static const char prefix[] = "STRAND_KAFKA_CONF_";
     for (char **env = environ; err == ST_OK && *env != NULL; env++) {
         if (strncmp(*env, prefix, sizeof prefix - 1) != 0)
@@ -45,6 +57,8 @@ static st_err_t base_conf(const st_config_t *cfg, rd_kafka_conf_t **out, st_errb
         key[n] = '\0';
         err = conf_set(conf, key, eq + 1, eb);
     }
+    for (const kafka_setting_t *r = required; err == ST_OK && r->key != NULL; r++)
+        err = conf_set(conf, r->key, r->value, eb);
     if (err != ST_OK) {
         rd_kafka_conf_destroy(conf);
         return err;
@@ -56,17 +70,22 @@ static st_err_t base_conf(const st_config_t *cfg, rd_kafka_conf_t **out, st_errb
 st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_t *cbs,
                                rd_kafka_t **out, st_errbuf_t *eb)
 {
+    static const kafka_setting_t tunables[] = {
+        {"linger.ms", "2"},
+        {"message.timeout.ms", "30000"},
+        {NULL, NULL},
+    };
+    /* The outbox marks a row published only after an acknowledged, non-duplicated,
+     * in-order write. */
+    static const kafka_setting_t required[] = {
+        {"enable.idempotence", "true"},
+        {"acks", "all"},
+        {NULL, NULL},
+    };
     rd_kafka_conf_t *conf;
-    st_err_t err = base_conf(cfg, &conf, eb);
+    st_err_t err = base_conf(cfg, tunables, required, &conf, eb);
     if (err != ST_OK)
         return err;
-    if ((err = conf_set(conf, "enable.idempotence", "true", eb)) != ST_OK ||
-        (err = conf_set(conf, "acks", "all", eb)) != ST_OK ||
-        (err = conf_set(conf, "linger.ms", "2", eb)) != ST_OK ||
-        (err = conf_set(conf, "message.timeout.ms", "30000", eb)) != ST_OK) {
-        rd_kafka_conf_destroy(conf);
-        return err;
-    }
     if (cbs != NULL) {
         if (cbs->on_delivery != NULL)
             rd_kafka_conf_set_dr_msg_cb(conf, cbs->on_delivery);
@@ -161,32 +180,31 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
                                const char *const *topics, const st_kafka_consumer_opts_t *opts,
                                rd_kafka_t **out, st_errbuf_t *eb)
 {
-    rd_kafka_conf_t *conf;
-    st_err_t err = base_conf(cfg, &conf, eb);
-    if (err != ST_OK)
-        return err;
-    if ((err = conf_set(conf, "group.id", group, eb)) != ST_OK ||
-        (err = conf_set(conf, "enable.auto.commit", "false", eb)) != ST_OK ||
-        (err = conf_set(conf, "auto.offset.reset", "earliest", eb)) != ST_OK ||
+    static const kafka_setting_t tunables[] = {
         /* Eager, not cooperative-sticky: librdkafka 2.0.2 (Debian 12) closes a
          * cooperative consumer without sending LeaveGroup, so its partitions would
          * stay orphaned until session.timeout.ms (45 s) after every restart. */
-        (err = conf_set(conf, "partition.assignment.strategy", "roundrobin", eb)) != ST_OK ||
-        (err = conf_set(conf, "fetch.wait.max.ms", "10", eb)) != ST_OK) {
-        rd_kafka_conf_destroy(conf);
+        {"partition.assignment.strategy", "roundrobin"},
+        {"auto.offset.reset", "earliest"},
+        /* The consumer-lag metric (docs/operations.md). */
+        {"statistics.interval.ms", "5000"},
+        /* A subscribed topic that the broker does not list yet (just created while its
+         * controller was still loading, e.g. right after a broker restart) is only
+         * looked up again at the next metadata refresh: 5 minutes by default, during
+         * which the consumer gets no partitions. */
+        {"topic.metadata.refresh.interval.ms", "5000"},
+        {NULL, NULL},
+    };
+    /* Offsets are committed by the caller after its database commit. */
+    static const kafka_setting_t required[] = {
+        {"enable.auto.commit", "false"},
+        {NULL, NULL},
+    };
+    rd_kafka_conf_t *conf;
+    st_err_t err = base_conf(cfg, tunables, required, &conf, eb);
+    if (err != ST_OK)
         return err;
-    }
-    if (getenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS") == NULL &&
-        (err = conf_set(conf, "statistics.interval.ms", "5000", eb)) != ST_OK) {
-        rd_kafka_conf_destroy(conf);
-        return err;
-    }
-    /* A subscribed topic that the broker does not list yet (just created while its
-     * controller was still loading, e.g. right after a broker restart) is only looked
-     * up again at the next metadata refresh: 5 minutes by default, during which the
-     * consumer gets no partitions. Refresh every 5 s instead. */
-    if (getenv("STRAND_KAFKA_CONF_TOPIC_METADATA_REFRESH_INTERVAL_MS") == NULL &&
-        (err = conf_set(conf, "topic.metadata.refresh.interval.ms", "5000", eb)) != ST_OK) {
+    if ((err = conf_set(conf, "group.id", group, eb)) != ST_OK) {
         rd_kafka_conf_destroy(conf);
         return err;
     }
@@ -231,8 +249,9 @@ st_err_t st_kafka_ensure_topics(const st_config_t *cfg, int timeout_ms, st_errbu
     static const char *const suffixes[] = {ST_TOPIC_SIGNALS, ST_TOPIC_TIMERS, ST_TOPIC_WORK,
                                            ST_TOPIC_NOTICES, ST_TOPIC_INGRESS, ST_TOPIC_DLQ};
     enum { NTOPICS = sizeof suffixes / sizeof suffixes[0] };
+    static const kafka_setting_t none[] = {{NULL, NULL}};
     rd_kafka_conf_t *conf;
-    st_err_t err = base_conf(cfg, &conf, eb);
+    st_err_t err = base_conf(cfg, none, none, &conf, eb);
     if (err != ST_OK)
         return err;
     char errstr[512];
