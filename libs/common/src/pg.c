@@ -1,10 +1,13 @@
 /* pg.c - PostgreSQL adapter (see pg.h). */
 #include "strand/pg.h"
 
+#include <ctype.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "strand/log.h"
@@ -53,13 +56,174 @@ static st_err_t translate(PGconn *conn, PGresult *res, st_errbuf_t *eb)
     return st_err_set(eb, err, "%s", msg);
 }
 
+/*
+ * Prepared statements. Parsing, analysing and planning took about 40% of PostgreSQL's
+ * CPU in the W1 benchmark, because every statement was sent as text each time. Now a
+ * thread remembers, per connection, the statement texts it sends; the second time it
+ * sends one it PREPAREs it on the session and runs it by name from then on (so a
+ * one-off text never costs an extra round trip). Only SELECT, INSERT, UPDATE, DELETE
+ * and WITH statements are prepared. A session is recognised by its backend PID, so a
+ * reconnected (or reused) PGconn starts with an empty cache. STRAND_PG_PREPARED=0
+ * turns this off, for transaction-mode connection poolers that do not keep prepared
+ * statements.
+ */
+#define STMT_SLOTS 512          /* open-addressing table; at most half of it is filled */
+#define STMT_MAX (STMT_SLOTS / 2)
+#define CONNS_PER_THREAD 4      /* connections a thread remembers statements for */
+
+typedef struct {
+    char *sql;                  /* owned copy of the text; NULL = empty slot */
+    uint32_t hash;
+    int prepared;               /* PREPAREd on this session as "s<thread>_<slot>" */
+} stmt_t;
+
+typedef struct {
+    PGconn *conn;
+    int backend_pid;
+    int count;
+    stmt_t slots[STMT_SLOTS];
+} conn_stmts_t;
+
+typedef struct {
+    unsigned thread_no;         /* makes statement names unique across threads */
+    unsigned next_victim;
+    conn_stmts_t *conns[CONNS_PER_THREAD];
+} thread_stmts_t;
+
+static int prepared_enabled = 1;
+static unsigned thread_counter;
+static pthread_key_t stmts_key;
+static pthread_once_t stmts_key_once = PTHREAD_ONCE_INIT;
+
+void st_pg_set_prepared(int enabled)
+{
+    prepared_enabled = enabled;
+}
+
+static void conn_stmts_clear(conn_stmts_t *c)
+{
+    for (int i = 0; i < STMT_SLOTS; i++)
+        free(c->slots[i].sql);
+    memset(c->slots, 0, sizeof c->slots);
+    c->count = 0;
+}
+
+static void thread_stmts_free(void *arg)
+{
+    thread_stmts_t *t = arg;
+    for (int i = 0; i < CONNS_PER_THREAD; i++)
+        if (t->conns[i] != NULL) {
+            conn_stmts_clear(t->conns[i]);
+            free(t->conns[i]);
+        }
+    free(t);
+}
+
+static void stmts_key_init(void)
+{
+    pthread_key_create(&stmts_key, thread_stmts_free);
+}
+
+/* This thread's statement cache for `conn`'s current session; NULL on no memory. */
+static conn_stmts_t *conn_stmts(PGconn *conn)
+{
+    pthread_once(&stmts_key_once, stmts_key_init);
+    thread_stmts_t *t = pthread_getspecific(stmts_key);
+    if (t == NULL) {
+        if ((t = calloc(1, sizeof *t)) == NULL)
+            return NULL;
+        t->thread_no = __atomic_add_fetch(&thread_counter, 1, __ATOMIC_RELAXED);
+        pthread_setspecific(stmts_key, t);
+    }
+    int pid = PQbackendPID(conn);
+    conn_stmts_t *c = NULL;
+    for (int i = 0; i < CONNS_PER_THREAD && c == NULL; i++)
+        if (t->conns[i] != NULL && t->conns[i]->conn == conn)
+            c = t->conns[i];
+    if (c == NULL) {
+        unsigned victim = t->next_victim++ % CONNS_PER_THREAD;
+        if (t->conns[victim] == NULL && (t->conns[victim] = calloc(1, sizeof *c)) == NULL)
+            return NULL;
+        c = t->conns[victim];
+        conn_stmts_clear(c);
+        c->conn = conn;
+        c->backend_pid = pid;
+    }
+    if (c->backend_pid != pid) {   /* a new session behind the same PGconn */
+        conn_stmts_clear(c);
+        c->backend_pid = pid;
+    }
+    return c;
+}
+
+static int preparable(const char *sql)
+{
+    static const char *const verbs[] = {"SELECT", "INSERT", "UPDATE", "DELETE", "WITH"};
+    while (isspace((unsigned char)*sql))
+        sql++;
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (strncasecmp(sql, verbs[i], strlen(verbs[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Finds `sql` in the cache, adding it (not yet prepared) when there is room. */
+static stmt_t *stmt_lookup(conn_stmts_t *c, const char *sql, int *added)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    *added = 0;
+    for (uint32_t i = 0; i < STMT_SLOTS; i++) {
+        stmt_t *st = &c->slots[(h + i) % STMT_SLOTS];
+        if (st->sql == NULL) {
+            if (c->count >= STMT_MAX || (st->sql = strdup(sql)) == NULL)
+                return NULL;
+            st->hash = h;
+            c->count++;
+            *added = 1;
+            return st;
+        }
+        if (st->hash == h && strcmp(st->sql, sql) == 0)
+            return st;
+    }
+    return NULL;
+}
+
+/* Runs `sql` prepared when this thread has sent it on this session before. */
+static PGresult *exec_maybe_prepared(PGconn *conn, const char *sql, int nparams,
+                                     const char *const *params, const int *lengths,
+                                     const int *formats)
+{
+    conn_stmts_t *c = prepared_enabled && preparable(sql) ? conn_stmts(conn) : NULL;
+    int added = 0;
+    stmt_t *st = c != NULL ? stmt_lookup(c, sql, &added) : NULL;
+    if (st == NULL || added)
+        return PQexecParams(conn, sql, nparams, NULL, params, lengths, formats, 0);
+    thread_stmts_t *t = pthread_getspecific(stmts_key);
+    char name[32];
+    snprintf(name, sizeof name, "s%u_%d", t->thread_no, (int)(st - c->slots));
+    if (!st->prepared) {
+        PGresult *r = PQprepare(conn, name, sql, nparams, NULL);
+        if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
+            return r;   /* the statement's own error, as PQexecParams would give it */
+        PQclear(r);
+        st->prepared = 1;
+    }
+    PGresult *r = PQexecPrepared(conn, name, nparams, params, lengths, formats, 0);
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (state != NULL && strcmp(state, "26000") == 0)
+        conn_stmts_clear(c);   /* the session lost its statements (e.g. DISCARD ALL) */
+    return r;
+}
+
 st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
                         const char *const *params, const int *lengths, const int *formats,
                         PGresult **res, st_errbuf_t *eb)
 {
     if (res != NULL)
         *res = NULL;
-    PGresult *r = PQexecParams(conn, sql, nparams, NULL, params, lengths, formats, 0);
+    PGresult *r = exec_maybe_prepared(conn, sql, nparams, params, lengths, formats);
     ExecStatusType status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
         st_err_t err = translate(conn, r, eb);

@@ -78,6 +78,7 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         exit(2);
     }
     st_log_init(name, st_log_level_parse(svc->cfg.log_level));
+    st_pg_set_prepared(svc->cfg.pg_prepared);
     signal(SIGPIPE, SIG_IGN);
     svc->base = event_base_new();
     if (svc->base == NULL)

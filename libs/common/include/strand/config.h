@@ -28,6 +28,7 @@ typedef struct {
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
+    int pg_prepared;           /* STRAND_PG_PREPARED: 1 = prepared statements, 0 = off */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.

@@ -30,6 +30,12 @@ st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
                         const char *const *params, const int *lengths, const int *formats,
                         PGresult **res, st_errbuf_t *eb);
 
+/* Turns prepared statements on or off for the whole process (default on; services
+ * apply STRAND_PG_PREPARED at start-up). When on, st_pg_exec() prepares a SELECT,
+ * INSERT, UPDATE, DELETE or WITH text the second time a thread sends it on a session
+ * and runs it by name afterwards. Turn off behind transaction-mode poolers. */
+void st_pg_set_prepared(int enabled);
+
 st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb);
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb);
 /* Rolls back if a transaction is open; never fails (a lost connection is noticed by

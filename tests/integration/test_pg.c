@@ -1,0 +1,105 @@
+/*
+ * test_pg - the PostgreSQL adapter against the real server: prepared statements are
+ * made the second time a text is sent on a session, survive nothing they should not
+ * (a reset session, DISCARD ALL), and can be turned off.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "st_test.h"
+#include "strand/pg.h"
+
+static const char *const sql_probe = "SELECT $1::int + 1";
+
+/* Number of prepared statements on this session whose text is `sql_probe`. */
+static long prepared_count(PGconn *conn)
+{
+    static const char *const sql_count =
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1";
+    const char *params[] = {sql_probe};
+    PGresult *res = PQexecParams(conn, sql_count, 1, NULL, params, NULL, NULL, 0);
+    long n = PQresultStatus(res) == PGRES_TUPLES_OK ? atol(PQgetvalue(res, 0, 0)) : -1;
+    PQclear(res);
+    return n;
+}
+
+/* Runs the probe with `v` and returns its answer, or -1. */
+static long probe(PGconn *conn, const char *v)
+{
+    const char *params[] = {v};
+    PGresult *res = NULL;
+    st_errbuf_t eb;
+    if (st_pg_exec(conn, sql_probe, 1, params, &res, &eb) != ST_OK) {
+        fprintf(stderr, "probe: %s\n", eb.msg);
+        return -1;
+    }
+    long n = atol(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return n;
+}
+
+static void test_prepared_on_second_use(void)
+{
+    st_pg_set_prepared(1);
+    PGconn *conn = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(probe(conn, "1"), 2);
+    CU_ASSERT_EQUAL(prepared_count(conn), 0);   /* once: sent as text */
+    CU_ASSERT_EQUAL(probe(conn, "2"), 3);
+    CU_ASSERT_EQUAL(prepared_count(conn), 1);   /* twice: prepared and run by name */
+    CU_ASSERT_EQUAL(probe(conn, "3"), 4);
+    CU_ASSERT_EQUAL(prepared_count(conn), 1);
+    /* Statement errors come back as before. */
+    const char *bad[] = {"x"};
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_probe, 1, bad, NULL, &eb), ST_ERR_INVALID);
+    /* The pooler case: the session forgets its statements. The next call fails once
+     * (the caller's transaction would be retried), then the text is prepared again. */
+    PQclear(PQexec(conn, "DISCARD ALL"));
+    CU_ASSERT_EQUAL(probe(conn, "4"), -1);
+    CU_ASSERT_EQUAL(probe(conn, "5"), 6);
+    CU_ASSERT_EQUAL(probe(conn, "6"), 7);
+    CU_ASSERT_EQUAL(prepared_count(conn), 1);
+    /* A reset connection is a new session: nothing is assumed prepared. */
+    PQreset(conn);
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    CU_ASSERT_EQUAL(probe(conn, "7"), 8);
+    CU_ASSERT_EQUAL(prepared_count(conn), 0);
+    CU_ASSERT_EQUAL(probe(conn, "8"), 9);
+    CU_ASSERT_EQUAL(prepared_count(conn), 1);
+    /* Not for transaction control or other utility statements. */
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
+    PGresult *res = PQexec(conn, "SELECT count(*) FROM pg_prepared_statements");
+    CU_ASSERT_STRING_EQUAL(PQgetvalue(res, 0, 0), "1");
+    PQclear(res);
+    PQfinish(conn);
+}
+
+static void test_prepared_off(void)
+{
+    st_pg_set_prepared(0);
+    PGconn *conn = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(probe(conn, "1"), 2);
+    CU_ASSERT_EQUAL(prepared_count(conn), 0);
+    PQfinish(conn);
+    st_pg_set_prepared(1);
+}
+
+int main(void)
+{
+    if (!it_init("test_pg"))
+        return 1;
+    static const it_case_t cases[] = {
+        {"a statement is prepared the second time it is sent", test_prepared_on_second_use},
+        {"STRAND_PG_PREPARED=0 prepares nothing", test_prepared_off},
+    };
+    return it_run_suite("pg", cases, (int)(sizeof cases / sizeof cases[0]));
+}
