@@ -384,13 +384,10 @@ static int g_open; /* --open: do not wait for completion before the next request
  * request/response calls do. */
 static void wait_done(CURL *c, const char *id)
 {
-    long long after = -1;
+    long long after = 0;   /* a started instance is at state_version 0 */
     while (now_ms() < g_deadline_ms) {
         char path[192];
-        if (after < 0)
-            snprintf(path, sizeof path, "/v1/instances/%s", id);
-        else
-            snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=5000&after_version=%lld", id, after);
+        snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=5000&after_version=%lld", id, after);
         json_t *out = NULL;
         long st = http(c, "GET", path, NULL, &out);
         const char *status = json_string_value(json_object_get(out, "status"));

@@ -195,13 +195,24 @@ static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int 
     st_answer_set(out, status, body);
 }
 
-void st_api_answer_instance(st_api_t *api, st_http_req_t *req, const char *instance_id)
+/* True if a loaded view has ended or moved past `after_version`. */
+static int view_moved(const st_answer_t *view, long long after_version)
 {
-    st_answer_t answer = {0};
-    PGconn *conn = st_api_conn(api, &answer);
-    if (conn != NULL)
-        answer_instance(&answer, conn, instance_id, 200);
-    st_api_reply(req, &answer);
+    const char *status = json_string_value(json_object_get(view->body, "status"));
+    long long version = json_integer_value(json_object_get(view->body, "state_version"));
+    int ended = status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+                           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0);
+    return ended || version > after_version;
+}
+
+int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
+                         st_answer_t *out)
+{
+    PGconn *conn = st_api_conn(api, out);
+    if (conn == NULL)
+        return 1;
+    answer_instance(out, conn, instance_id, 200);
+    return out->status != 200 || after_version < 0 || view_moved(out, after_version);
 }
 
 /* GET /v1/instances/{id}[?wait_ms=N&after_version=V]: with wait_ms, a long poll that
@@ -218,21 +229,13 @@ static void handle_get(st_http_req_t *req, void *ctx)
         st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
     } else if (wait_ms < 0 || wait_ms > 60000) {
         st_answer_problem(&answer, 400, "invalid_wait", "wait_ms must be from 0 to 60000", "/wait_ms", NULL);
-    } else {
-        PGconn *conn = st_api_conn(api, &answer);
-        if (conn != NULL)
-            answer_instance(&answer, conn, id, 200);
-        if (wait_ms > 0 && answer.status == 200) {
-            const char *status = json_string_value(json_object_get(answer.body, "status"));
-            long long version = json_integer_value(json_object_get(answer.body, "state_version"));
-            long long after = after_text ? atoll(after_text) : version;
-            int ended = status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-                                   strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0);
-            if (!ended && version <= after) {
-                st_answer_close(&answer);
-                st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms);
-                return;
-            }
+    } else if (st_api_instance_view(api, id, -1, &answer) && wait_ms > 0 && answer.status == 200) {
+        long long version = json_integer_value(json_object_get(answer.body, "state_version"));
+        long long after = after_text ? atoll(after_text) : version;
+        if (!view_moved(&answer, after)) {
+            st_answer_close(&answer);
+            st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms);
+            return;
         }
     }
     st_api_reply(req, &answer);

@@ -36,7 +36,9 @@ struct st_waiters {
     st_metric_t *m_woken, *m_timed_out;
 };
 
-static void finish(waiter_t *wt)
+/* Unlinks and frees a waiter, answering its request with `view`, or with a freshly
+ * loaded view when `view` is NULL. */
+static void finish(waiter_t *wt, st_answer_t *view)
 {
     st_waiters_t *w = wt->owner;
     for (waiter_t **p = &w->head; *p; p = &(*p)->next)
@@ -45,7 +47,12 @@ static void finish(waiter_t *wt)
             break;
         }
     event_free(wt->timer);
-    st_api_answer_instance(w->api, wt->req, wt->instance_id);
+    st_answer_t answer = {0};
+    if (view == NULL) {
+        st_api_instance_view(w->api, wt->instance_id, -1, &answer);
+        view = &answer;
+    }
+    st_api_reply(wt->req, view);
     free(wt);
 }
 
@@ -53,31 +60,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     waiter_t *wt = arg;
     st_metric_inc(wt->owner->m_timed_out);
-    finish(wt);
-}
-
-/* The instance's state_version and whether it ended; -1 on error. */
-static long long current_version(st_api_t *api, const char *id, int *ended)
-{
-    static const char *const sql_version =
-        "SELECT rs.state_version, i.status IN ('completed','failed','cancelled','terminated')"
-        " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
-        " WHERE rs.instance_id = $1::uuid";
-    st_answer_t answer = {0};
-    PGconn *conn = st_api_conn(api, &answer);
-    st_answer_close(&answer);
-    if (conn == NULL)
-        return -1;
-    const char *params[] = {id};
-    PGresult *res = NULL;
-    st_errbuf_t eb;
-    long long v = -1;
-    if (st_pg_exec(conn, sql_version, 1, params, &res, &eb) == ST_OK && PQntuples(res) == 1) {
-        v = atoll(PQgetvalue(res, 0, 0));
-        *ended = PQgetvalue(res, 0, 1)[0] == 't';
-    }
-    PQclear(res);
-    return v;
+    finish(wt, NULL);
 }
 
 static void on_hint(redisAsyncContext *c, void *r, void *privdata)
@@ -92,11 +75,12 @@ static void on_hint(redisAsyncContext *c, void *r, void *privdata)
     while (wt != NULL) {
         waiter_t *next = wt->next;
         if (strcmp(wt->instance_id, id) == 0) {
-            int ended = 0;
-            long long v = current_version(w->api, id, &ended);
-            if (v < 0 || v > wt->after_version || ended) {
+            st_answer_t view = {0};
+            if (st_api_instance_view(w->api, id, wt->after_version, &view)) {
                 st_metric_inc(w->m_woken);
-                finish(wt);
+                finish(wt, &view);
+            } else {
+                st_answer_close(&view);
             }
         }
         wt = next;
@@ -167,7 +151,7 @@ void st_waiters_free(st_waiters_t *w)
     if (w == NULL)
         return;
     while (w->head != NULL)
-        finish(w->head);   /* answer what is parked with the current view */
+        finish(w->head, NULL);   /* answer what is parked with the current view */
     if (w->redis != NULL) {
         w->redis->data = NULL;   /* on_disconnect, called by the free, then does nothing */
         redisAsyncFree(w->redis);

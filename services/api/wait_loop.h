@@ -22,7 +22,11 @@ void st_waiters_free(st_waiters_t *w);
 void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_id,
                      long long after_version, int wait_ms);
 
-/* Answers `req` with the instance's current view (used when a wait ends). */
-void st_api_answer_instance(st_api_t *api, st_http_req_t *req, const char *instance_id);
+/* Loads the instance's current view into `out` (200, or the error problem; the
+ * caller closes or replies with it) and returns 1 when a long poll should answer
+ * with it: the instance ended, its state_version passed `after_version` (< 0:
+ * always), or the view could not be loaded. One query; used by GET and by hints. */
+int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
+                         st_answer_t *out);
 
 #endif
