@@ -17,18 +17,25 @@
 #include "strand/util.h"
 
 static const char *const sql_definition_latest =
-    "SELECT version FROM strand.definitions WHERE name = $1"
+    "SELECT version, canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
 static const char *const sql_request_claim =
     "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('start', $1, $2::uuid)"
     " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
 static const char *const sql_request_get =
     "SELECT instance_id FROM strand.requests WHERE scope = 'start' AND request_id = $1";
+/* The instance and its runtime state (version 0) in one round trip, answering with the
+ * columns of sql_instance_get. */
 static const char *const sql_instance_insert =
-    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref,"
-    " status, input) VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb)";
-static const char *const sql_runtime_insert =
-    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
+    "WITH i AS (INSERT INTO strand.instances (id, definition_name, definition_version,"
+    "   business_ref, status, input) VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb)"
+    "   RETURNING *),"
+    " rs AS (INSERT INTO strand.runtime_states (instance_id, state_version)"
+    "   SELECT id, 0 FROM i RETURNING *)"
+    " SELECT i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"
+    " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at,"
+    " rs.state_version, rs.waiting_kind, rs.waiting_token, rs.waiting_until"
+    " FROM i JOIN rs ON rs.instance_id = i.id";
 static const char *const sql_instance_get =
     "SELECT i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"
     " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at,"
@@ -52,8 +59,6 @@ static const char *const sql_instance_list =
 
 /* ---- process ID reuse (docs/processes.md) --------------------------------------------- */
 
-static const char *const sql_reuse_policy =
-    "SELECT canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1 AND version = $2::int";
 static const char *const sql_reuse_lock =
     "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 9))";
 static const char *const sql_reuse_previous =
@@ -79,25 +84,18 @@ static int reuse_ended(const char *status)
 }
 
 /* A process started with a process id (business_ref) follows its definition's ID reuse
- * policy against earlier runs of the same definition with that id, inside the start's
- * transaction (serialised per id by an advisory lock). Returns ST_OK with out->status
+ * `policy` (empty: not a process) against earlier runs of the same definition with
+ * that id, inside the start's transaction (serialised per id by an advisory lock). Returns ST_OK with out->status
  * set (409) when the start is refused; allow_terminate_if_running ends the running
  * runs here, in the same transaction as the new run's insert. */
-static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char *version,
+static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char *policy,
                                const char *business_ref, const char *new_id, st_answer_t *out,
                                st_errbuf_t *eb)
 {
-    const char *params[] = {definition, version};
-    PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_reuse_policy, 2, params, &res, eb);
-    if (err != ST_OK)
-        return err;
-    char policy[48] = "";
-    if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-        snprintf(policy, sizeof policy, "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
     if (policy[0] == '\0')
         return ST_OK;   /* not a process */
+    PGresult *res = NULL;
+    st_err_t err;
     const char *ref_params[] = {definition, business_ref};
     if ((err = st_pg_exec(conn, sql_reuse_lock, 2, ref_params, NULL, eb)) != ST_OK ||
         (err = st_pg_exec(conn, sql_reuse_previous, 2, ref_params, &res, eb)) != ST_OK)
@@ -153,22 +151,9 @@ static void set_text_column(json_t *obj, const char *key, PGresult *res, int row
                                       : json_string(PQgetvalue(res, row, col)));
 }
 
-/* Answers with the instance's current view, or 404. */
-static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int status)
+/* Answers `status` with the view in row 0 of `res` (the columns of sql_instance_get). */
+static void answer_view(st_answer_t *out, PGresult *res, int status)
 {
-    const char *params[] = {id};
-    st_errbuf_t eb;
-    PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, &eb);
-    if (err != ST_OK) {
-        st_answer_error(out, err, &eb);
-        return;
-    }
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
-        return;
-    }
     json_t *body = json_object();
     set_text_column(body, "id", res, 0, 0);
     json_object_set_new(body, "definition",
@@ -191,8 +176,25 @@ static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int 
         set_text_column(waiting, "until", res, 0, 14);
     }
     json_object_set_new(body, "waiting", waiting);
-    PQclear(res);
     st_answer_set(out, status, body);
+}
+
+/* Answers with the instance's current view, or 404. */
+static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int status)
+{
+    const char *params[] = {id};
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, &eb);
+    if (err != ST_OK) {
+        st_answer_error(out, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 0)
+        st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
+    else
+        answer_view(out, res, status);
+    PQclear(res);
 }
 
 /* True if a loaded view has ended or moved past `after_version`. */
@@ -291,7 +293,7 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         return;
     st_errbuf_t eb;
     PGresult *res = NULL;
-    char id[37], pinned[16] = "";
+    char id[37], pinned[16] = "", policy[48] = "";
     st_uuid_new(id);
     char *input_text = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
     st_signal_t start = {0};
@@ -307,6 +309,7 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         goto done;
     }
     snprintf(pinned, sizeof pinned, "%s", PQgetvalue(res, 0, 0));
+    snprintf(policy, sizeof policy, "%s", PQgetvalue(res, 0, 1));   /* "" when NULL */
     PQclear(res);
     res = NULL;
     if (request_id != NULL) {
@@ -328,18 +331,16 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         res = NULL;
     }
     if (business_ref != NULL &&
-        ((err = reuse_check_tx(conn, definition, pinned, business_ref, id, out, &eb)) != ST_OK ||
+        ((err = reuse_check_tx(conn, definition, policy, business_ref, id, out, &eb)) != ST_OK ||
          out->status != 0))
         goto done;
     const char *inst_params[] = {id, definition, pinned, business_ref, input_text};
-    const char *rs_params[] = {id};
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
-    if ((err = st_pg_exec(conn, sql_instance_insert, 5, inst_params, NULL, &eb)) != ST_OK ||
-        (err = st_pg_exec(conn, sql_runtime_insert, 1, rs_params, NULL, &eb)) != ST_OK ||
+    if ((err = st_pg_exec(conn, sql_instance_insert, 5, inst_params, &res, &eb)) != ST_OK ||
         (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
         (err = st_pg_commit(conn, &eb)) != ST_OK)
         goto done;
-    answer_instance(out, conn, id, 201);
+    answer_view(out, res, 201);   /* as inserted: pending, state_version 0 */
 
 done:
     if (out->status == 0)

@@ -36,9 +36,6 @@ static const char *const sql_child_runtime =
 static const char *const sql_call_insert =
     "INSERT INTO strand.calls (id, instance_id, waiting_token, transport, request, attempt,"
     " idempotency_key, timeout_ms) VALUES ($1::uuid, $2::uuid, $3, $4, $5::jsonb, $6, $7, $8)";
-static const char *const sql_parent_of =
-    "SELECT parent_instance_id, parent_waiting_token FROM strand.instances"
-    " WHERE id = $1::uuid AND parent_instance_id IS NOT NULL";
 
 /* Compact JSON text of `value` (NULL or JSON null -> `fallback`). Caller frees. */
 static char *json_text(const json_t *value, const char *fallback)
@@ -182,33 +179,25 @@ static st_err_t notice_tx(PGconn *conn, const char *instance_id, const json_t *e
 }
 
 /* A child that ended wakes its parent's wait with its outcome. */
-static st_err_t notify_parent_tx(PGconn *conn, const char *instance_id, st_run_status_t status,
-                                 const json_t *snapshot, st_errbuf_t *eb)
+static st_err_t notify_parent_tx(PGconn *conn, const char *instance_id, const st_parent_t *parent,
+                                 st_run_status_t status, const json_t *snapshot, st_errbuf_t *eb)
 {
-    const char *params[] = {instance_id};
-    PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_parent_of, 1, params, &res, eb);
-    if (err != ST_OK || PQntuples(res) == 0) {
-        PQclear(res);
-        return err;
-    }
     st_signal_t sig;
-    st_signal_init(&sig, ST_SIGNAL_CHILD_COMPLETED, PQgetvalue(res, 0, 0), -1);
-    if (!PQgetisnull(res, 0, 1))
-        snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(res, 0, 1));
+    st_signal_init(&sig, ST_SIGNAL_CHILD_COMPLETED, parent->instance_id, -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", parent->waiting_token);
     const json_t *output = json_object_get(snapshot, "output");
     const json_t *error = json_object_get(snapshot, "error");
     sig.payload = json_pack("{s:s, s:s, s:O, s:O}", "child_id", instance_id, "status",
                             status == ST_RUN_COMPLETED ? "completed" : "failed", "output",
                             output ? output : json_null(), "error", error ? error : json_null());
-    PQclear(res);
-    err = st_signal_enqueue_tx(conn, &sig, eb);
+    st_err_t err = st_signal_enqueue_tx(conn, &sig, eb);
     st_signal_close(&sig);
     return err;
 }
 
 st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
-                             st_run_status_t status, const json_t *snapshot, st_errbuf_t *eb)
+                             st_run_status_t status, const json_t *snapshot,
+                             const st_parent_t *parent, st_errbuf_t *eb)
 {
     size_t i;
     json_t *effect;
@@ -241,7 +230,7 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
         if (err != ST_OK)
             return err;
     }
-    if (status == ST_RUN_COMPLETED || status == ST_RUN_FAILED)
-        err = notify_parent_tx(conn, instance_id, status, snapshot, eb);
+    if (parent != NULL && (status == ST_RUN_COMPLETED || status == ST_RUN_FAILED))
+        err = notify_parent_tx(conn, instance_id, parent, status, snapshot, eb);
     return err;
 }

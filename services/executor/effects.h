@@ -16,9 +16,16 @@
 /* Applies every effect of one run for `instance_id`, then, if the run ended the
  * instance and it has a parent, enqueues CHILD_COMPLETED to the parent. Expects the
  * caller to hold the wake-up's transaction. `effects` and `snapshot` are borrowed.
+ * `parent` (NULL: none) is woken when the run completed or failed.
  * An effect of an unknown type fails with ST_ERR_INVALID (and the caller rolls back). */
+/* The parent of a child instance, as recorded when the child was started. */
+typedef struct {
+    char instance_id[40];
+    char waiting_token[128];
+} st_parent_t;
+
 st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
                              st_run_status_t status, const json_t *snapshot,
-                             st_errbuf_t *eb);
+                             const st_parent_t *parent, st_errbuf_t *eb);
 
 #endif

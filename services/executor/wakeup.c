@@ -129,16 +129,23 @@ static const char *const sql_runtime_lock =
     " i.input::text, i.status, coalesce(i.business_ref, i.id::text)"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $1::uuid FOR UPDATE OF rs";
-static const char *const sql_runtime_update =
-    "UPDATE strand.runtime_states SET state_version = state_version + 1, snapshot = $3::jsonb,"
-    " waiting_kind = $4, waiting_token = $5,"
-    " waiting_until = to_timestamp($6::double precision / 1000.0),"
-    " last_signal_id = $7, last_executed_by = $8, last_executed_at = now()"
-    " WHERE instance_id = $1::uuid AND state_version = $2";
-static const char *const sql_instance_update =
-    "UPDATE strand.instances SET status = $2, output = $3::jsonb, error = $4::jsonb,"
-    " updated_at = now(), ended_at = CASE WHEN $2 IN ('completed', 'failed') THEN now() END"
-    " WHERE id = $1::uuid";
+/* The run's result in one round trip: runtime state (under the version check),
+ * projection and history entry; answers the number of runtime rows updated and the
+ * instance's parent (for a child that ended). */
+static const char *const sql_run_persist =
+    "WITH rs AS (UPDATE strand.runtime_states SET state_version = state_version + 1,"
+    "   snapshot = $3::jsonb, waiting_kind = $4, waiting_token = $5,"
+    "   waiting_until = to_timestamp($6::double precision / 1000.0),"
+    "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now()"
+    "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
+    " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
+    "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
+    "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)"
+    "   RETURNING parent_instance_id, parent_waiting_token),"
+    " h AS (INSERT INTO strand.history (instance_id, kind, detail)"
+    "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
+    " SELECT (SELECT count(*) FROM rs), (SELECT parent_instance_id FROM i),"
+    " (SELECT parent_waiting_token FROM i)";
 static const char *const sql_history_insert =
     "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
 
@@ -213,45 +220,46 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     char *snapshot = json_dumps(run->snapshot, JSON_COMPACT);
     if (snapshot == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not encode the snapshot");
-    const char *rs_params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
-                               waiting_token, until[0] ? until : NULL, sig->signal_id, node_id};
-    PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_runtime_update, 8, rs_params, &res, eb);
-    free(snapshot);
-    if (err != ST_OK)
-        return err;
-    int updated = atoi(PQcmdTuples(res));
-    PQclear(res);
-    if (updated != 1)   /* cannot happen under the row lock; guard the invariant anyway */
-        return st_err_set(eb, ST_ERR_CONFLICT, "runtime state of %s changed under its lock",
-                          sig->instance_id);
-
     const json_t *output = json_object_get(run->snapshot, "output");
     const json_t *error = json_object_get(run->snapshot, "error");
     char *output_text = output && !json_is_null(output) ? json_dumps(output, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     char *error_text = error && !json_is_null(error) ? json_dumps(error, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    const char *inst_params[] = {sig->instance_id, status_name(run->status), output_text,
-                                 error_text};
-    err = st_pg_exec(conn, sql_instance_update, 4, inst_params, NULL, eb);
-    free(output_text);
-    free(error_text);
-    if (err != ST_OK)
-        return err;
-
     json_t *effect_types = json_array();
     size_t i;
     json_t *effect;
     json_array_foreach(run->effects, i, effect)
         json_array_append(effect_types, json_object_get(effect, "type"));
-    err = history_add_tx(conn, sig->instance_id, "wakeup",
-                         json_pack("{s:s, s:s, s:s, s:o}", "signal_id", sig->signal_id,
-                                   "signal_type", st_signal_type_name(sig->type), "status",
-                                   status_name(run->status), "effects", effect_types),
-                         eb);
-    if (err == ST_OK)
-        err = st_effects_apply_tx(conn, sig->instance_id, run->effects, run->status,
-                                  run->snapshot, eb);
-    return err;
+    json_t *detail = json_pack("{s:s, s:s, s:s, s:o}", "signal_id", sig->signal_id, "signal_type",
+                               st_signal_type_name(sig->type), "status", status_name(run->status),
+                               "effects", effect_types);
+    char *detail_text = json_dumps(detail, JSON_COMPACT);
+    json_decref(detail);
+    const char *params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
+                            waiting_token, until[0] ? until : NULL, sig->signal_id, node_id,
+                            status_name(run->status), output_text, error_text, detail_text};
+    PGresult *res = NULL;
+    st_err_t err = detail_text == NULL
+                       ? st_err_set(eb, ST_ERR_NOMEM, "could not encode history")
+                       : st_pg_exec(conn, sql_run_persist, 12, params, &res, eb);
+    free(snapshot);
+    free(output_text);
+    free(error_text);
+    free(detail_text);
+    if (err != ST_OK)
+        return err;
+    if (atoi(PQgetvalue(res, 0, 0)) != 1) {   /* cannot happen under the row lock */
+        PQclear(res);
+        return st_err_set(eb, ST_ERR_CONFLICT, "runtime state of %s changed under its lock",
+                          sig->instance_id);
+    }
+    st_parent_t parent = {0};
+    if (!PQgetisnull(res, 0, 1)) {
+        snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(res, 0, 1));
+        snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s", PQgetvalue(res, 0, 2));
+    }
+    PQclear(res);
+    return st_effects_apply_tx(conn, sig->instance_id, run->effects, run->status, run->snapshot,
+                               parent.instance_id[0] ? &parent : NULL, eb);
 }
 
 static const char *const sql_runtime_end =

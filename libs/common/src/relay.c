@@ -63,15 +63,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb)
 {
+    /* One round trip: the insert and the notification (delivered at commit). */
     static const char *const sql_outbox_insert =
-        "INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3)";
+        "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
+        " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')";
     const char *params[] = {topic, key, payload};
     int lengths[] = {0, 0, (int)len};
     int formats[] = {0, 0, 1};
-    st_err_t err = st_pg_exec_bin(conn, sql_outbox_insert, 3, params, lengths, formats, NULL, eb);
-    if (err != ST_OK)
-        return err;
-    return st_pg_exec(conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, eb);
+    return st_pg_exec_bin(conn, sql_outbox_insert, 3, params, lengths, formats, NULL, eb);
 }
 
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
