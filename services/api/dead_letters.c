@@ -149,10 +149,9 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK) {
         /* Binary results: the payload comes back as raw bytes. */
-        res = PQexecParams(conn, sql_dead_letter_claim, 2, NULL, params, NULL, NULL, 1);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            err = st_err_set(&eb, ST_ERR_DB, "%s", PQerrorMessage(conn));
-        } else if (PQntuples(res) == 0) {
+        err = st_pg_exec_format(conn, sql_dead_letter_claim, 2, params, NULL, NULL, 1, &res,
+                                &eb);
+        if (err == ST_OK && PQntuples(res) == 0) {
             PQclear(res);
             st_pg_rollback(conn);
             st_http_reply_problem(req, 409, "dead_letter_not_open",

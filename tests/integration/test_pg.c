@@ -93,6 +93,65 @@ static void test_prepared_off(void)
     st_pg_set_prepared(1);
 }
 
+/* st_pg_begin() sends its BEGIN with the first statement: that statement runs inside
+ * the transaction (whether sent as text, prepared in the same pipeline, or by name),
+ * errors come back as before, and an empty transaction costs nothing. */
+static void test_begin_with_first_statement(void)
+{
+    st_pg_set_prepared(1);
+    PGconn *conn = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    PQclear(PQexec(conn, "CREATE TEMP TABLE t (v int PRIMARY KEY)"));
+    static const char *const sql_insert = "INSERT INTO t VALUES ($1::int)";
+    static const char *const sql_count = "SELECT count(*) FROM t";
+    /* text (first sighting), prepared in the pipeline (second), by name (third) */
+    for (int round = 0; round < 3; round++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", round);
+        const char *params[] = {v};
+        CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+        CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);   /* nothing sent yet */
+        CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, params, NULL, &eb), ST_OK);
+        CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_INTRANS);
+        st_pg_rollback(conn);
+        CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+        PGresult *res = NULL;
+        CU_ASSERT_EQUAL(st_pg_exec(conn, sql_count, 0, NULL, &res, &eb), ST_OK);
+        CU_ASSERT_STRING_EQUAL(res ? PQgetvalue(res, 0, 0) : "", "0");   /* rolled back */
+        PQclear(res);
+    }
+    /* committed */
+    const char *one[] = {"1"};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, one, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    /* the first statement fails: its own error, the transaction aborted */
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, one, NULL, &eb), ST_ERR_DUPLICATE);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_INERROR);
+    st_pg_rollback(conn);
+    /* a statement that fails to prepare inside the pipeline (sent twice: prepared the
+     * second time) reports its own error too */
+    static const char *const sql_bad = "SELECT v FROM t WHERE nope = $1";
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+        CU_ASSERT_NOT_EQUAL(st_pg_exec(conn, sql_bad, 1, one, NULL, &eb), ST_OK);
+        CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "nope"));
+        st_pg_rollback(conn);
+    }
+    /* an empty transaction sends nothing */
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    PGresult *res = NULL;
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_count, 0, NULL, &res, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(res ? PQgetvalue(res, 0, 0) : "", "1");
+    PQclear(res);
+    PQfinish(conn);
+}
+
 int main(void)
 {
     if (!it_init("test_pg"))
@@ -100,6 +159,7 @@ int main(void)
     static const it_case_t cases[] = {
         {"a statement is prepared the second time it is sent", test_prepared_on_second_use},
         {"STRAND_PG_PREPARED=0 prepares nothing", test_prepared_off},
+        {"BEGIN goes out with the first statement", test_begin_with_first_statement},
     };
     return it_run_suite("pg", cases, (int)(sizeof cases / sizeof cases[0]));
 }

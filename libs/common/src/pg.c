@@ -190,42 +190,156 @@ static stmt_t *stmt_lookup(conn_stmts_t *c, const char *sql, int *added)
     return NULL;
 }
 
-/* Runs `sql` prepared when this thread has sent it on this session before. */
-static PGresult *exec_maybe_prepared(PGconn *conn, const char *sql, int nparams,
-                                     const char *const *params, const int *lengths,
-                                     const int *formats)
+/*
+ * Deferred BEGIN. st_pg_begin() sends nothing: the BEGIN goes out in one pipeline with
+ * the transaction's first statement, which saves a round trip per transaction. A
+ * transaction that runs no statement costs nothing, and its rollback or commit sends
+ * nothing either.
+ */
+#define PENDING_BEGINS 4
+static __thread PGconn *pending_begin[PENDING_BEGINS];
+
+/* True (and forgotten) if `conn` has a BEGIN waiting to be sent. */
+static int take_pending_begin(PGconn *conn)
 {
-    conn_stmts_t *c = prepared_enabled && preparable(sql) ? conn_stmts(conn) : NULL;
-    int added = 0;
-    stmt_t *st = c != NULL ? stmt_lookup(c, sql, &added) : NULL;
-    if (st == NULL || added)
-        return PQexecParams(conn, sql, nparams, NULL, params, lengths, formats, 0);
-    thread_stmts_t *t = pthread_getspecific(stmts_key);
+    for (int i = 0; i < PENDING_BEGINS; i++)
+        if (pending_begin[i] == conn) {
+            pending_begin[i] = NULL;
+            return 1;
+        }
+    return 0;
+}
+
+/* How a statement is sent: as text, or by the name it was (or is about to be)
+ * prepared under. */
+typedef struct {
+    conn_stmts_t *cache;
+    stmt_t *stmt;          /* NULL: send as text */
     char name[32];
-    snprintf(name, sizeof name, "s%u_%d", t->thread_no, (int)(st - c->slots));
-    if (!st->prepared) {
-        PGresult *r = PQprepare(conn, name, sql, nparams, NULL);
-        if (r == NULL || PQresultStatus(r) != PGRES_COMMAND_OK)
+} send_plan_t;
+
+static void plan_send(PGconn *conn, const char *sql, send_plan_t *plan)
+{
+    plan->cache = prepared_enabled && preparable(sql) ? conn_stmts(conn) : NULL;
+    int added = 0;
+    plan->stmt = plan->cache != NULL ? stmt_lookup(plan->cache, sql, &added) : NULL;
+    if (added)
+        plan->stmt = NULL;   /* first sighting: text; prepared the next time */
+    if (plan->stmt != NULL) {
+        thread_stmts_t *t = pthread_getspecific(stmts_key);
+        snprintf(plan->name, sizeof plan->name, "s%u_%d", t->thread_no,
+                 (int)(plan->stmt - plan->cache->slots));
+    }
+}
+
+/* Forgets the session's statements when the server says a name is unknown (26000,
+ * e.g. after DISCARD ALL behind a pooler); the next sends prepare again. */
+static void check_lost_statements(const send_plan_t *plan, const PGresult *r)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (plan->cache != NULL && state != NULL && strcmp(state, "26000") == 0)
+        conn_stmts_clear(plan->cache);
+}
+
+static int result_ok(const PGresult *r)
+{
+    ExecStatusType status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+}
+
+/* One statement, synchronously. */
+static PGresult *exec_plain(PGconn *conn, const char *sql, const send_plan_t *plan,
+                            int nparams, const char *const *params, const int *lengths,
+                            const int *formats, int result_format)
+{
+    if (plan->stmt == NULL)
+        return PQexecParams(conn, sql, nparams, NULL, params, lengths, formats, result_format);
+    if (!plan->stmt->prepared) {
+        PGresult *r = PQprepare(conn, plan->name, sql, nparams, NULL);
+        if (!result_ok(r))
             return r;   /* the statement's own error, as PQexecParams would give it */
         PQclear(r);
-        st->prepared = 1;
+        plan->stmt->prepared = 1;
     }
-    PGresult *r = PQexecPrepared(conn, name, nparams, params, lengths, formats, 0);
-    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    if (state != NULL && strcmp(state, "26000") == 0)
-        conn_stmts_clear(c);   /* the session lost its statements (e.g. DISCARD ALL) */
+    PGresult *r = PQexecPrepared(conn, plan->name, nparams, params, lengths, formats,
+                                 result_format);
+    check_lost_statements(plan, r);
     return r;
 }
 
-st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
-                        const char *const *params, const int *lengths, const int *formats,
-                        PGresult **res, st_errbuf_t *eb)
+/* BEGIN and one statement in one pipeline. Returns the first failed result, or the
+ * statement's result. */
+static PGresult *exec_with_begin(PGconn *conn, const char *sql, const send_plan_t *plan,
+                                 int nparams, const char *const *params, const int *lengths,
+                                 const int *formats, int result_format)
+{
+    int preparing = plan->stmt != NULL && !plan->stmt->prepared;
+    int sent = PQenterPipelineMode(conn) &&
+               PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+               (!preparing || PQsendPrepare(conn, plan->name, sql, nparams, NULL)) &&
+               (plan->stmt != NULL
+                    ? PQsendQueryPrepared(conn, plan->name, nparams, params, lengths, formats,
+                                          result_format)
+                    : PQsendQueryParams(conn, sql, nparams, NULL, params, lengths, formats,
+                                        result_format)) &&
+               PQpipelineSync(conn);
+    /* Results: BEGIN, [PREPARE], the statement, each followed by NULL; then the sync. */
+    PGresult *answer = NULL;
+    int expected = 2 + preparing;
+    for (int i = 0; sent && i < expected; i++) {
+        PGresult *r = PQgetResult(conn);
+        if (r == NULL) {
+            sent = 0;
+            break;
+        }
+        PGresult *extra;
+        while ((extra = PQgetResult(conn)) != NULL)
+            PQclear(extra);
+        if (answer == NULL && (!result_ok(r) || i == expected - 1)) {
+            if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+                PQclear(r);   /* an earlier error was kept; not expected here */
+                continue;
+            }
+            answer = r;
+            continue;
+        }
+        if (preparing && i == 1 && result_ok(r))
+            plan->stmt->prepared = 1;
+        PQclear(r);
+    }
+    if (sent) {
+        PGresult *sync = PQgetResult(conn);   /* PGRES_PIPELINE_SYNC */
+        PQclear(sync);
+    }
+    PQexitPipelineMode(conn);
+    if (answer == NULL)   /* the connection failed; libpq has the message */
+        return PQmakeEmptyPGresult(conn, PGRES_FATAL_ERROR);
+    check_lost_statements(plan, answer);
+    return answer;
+}
+
+/* Runs one statement: prepared when this thread sent it on this session before, and
+ * after a pending BEGIN in the same round trip. */
+static PGresult *exec_statement(PGconn *conn, const char *sql, int nparams,
+                                const char *const *params, const int *lengths,
+                                const int *formats, int result_format)
+{
+    send_plan_t plan;
+    plan_send(conn, sql, &plan);
+    if (take_pending_begin(conn))
+        return exec_with_begin(conn, sql, &plan, nparams, params, lengths, formats,
+                               result_format);
+    return exec_plain(conn, sql, &plan, nparams, params, lengths, formats, result_format);
+}
+
+st_err_t st_pg_exec_format(PGconn *conn, const char *sql, int nparams,
+                           const char *const *params, const int *lengths, const int *formats,
+                           int result_format, PGresult **res, st_errbuf_t *eb)
 {
     if (res != NULL)
         *res = NULL;
-    PGresult *r = exec_maybe_prepared(conn, sql, nparams, params, lengths, formats);
-    ExecStatusType status = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    PGresult *r = exec_statement(conn, sql, nparams, params, lengths, formats, result_format);
+    if (!result_ok(r)) {
         st_err_t err = translate(conn, r, eb);
         PQclear(r);
         return err;
@@ -235,6 +349,13 @@ st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
     else
         PQclear(r);
     return ST_OK;
+}
+
+st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
+                        const char *const *params, const int *lengths, const int *formats,
+                        PGresult **res, st_errbuf_t *eb)
+{
+    return st_pg_exec_format(conn, sql, nparams, params, lengths, formats, 0, res, eb);
 }
 
 st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
@@ -289,23 +410,36 @@ static void tx_end(PGconn *conn, const char *outcome)
 
 st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb)
 {
-    st_err_t err = st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
-    if (err == ST_OK) {
-        tx_conn = conn;
-        tx_started = monotonic_s();
+    if (PQstatus(conn) != CONNECTION_OK)
+        return st_err_set(eb, ST_ERR_DB, "PostgreSQL connection lost: %s", PQerrorMessage(conn));
+    take_pending_begin(conn);   /* a second begin on one connection replaces the first */
+    int slot = -1;
+    for (int i = 0; i < PENDING_BEGINS && slot < 0; i++)
+        if (pending_begin[i] == NULL)
+            slot = i;
+    if (slot >= 0) {
+        pending_begin[slot] = conn;
+    } else {   /* more open transactions in one thread than slots: send it now */
+        st_err_t err = st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
+        if (err != ST_OK)
+            return err;
     }
-    return err;
+    tx_conn = conn;
+    tx_started = monotonic_s();
+    return ST_OK;
 }
 
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb)
 {
-    st_err_t err = st_pg_exec(conn, "COMMIT", 0, NULL, NULL, eb);
+    st_err_t err = take_pending_begin(conn) ? ST_OK   /* nothing was sent */
+                                            : st_pg_exec(conn, "COMMIT", 0, NULL, NULL, eb);
     tx_end(conn, err == ST_OK ? "commit" : "commit_failed");
     return err;
 }
 
 void st_pg_rollback(PGconn *conn)
 {
+    take_pending_begin(conn);
     tx_end(conn, "rollback");
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         PGresult *r = PQexec(conn, "ROLLBACK");

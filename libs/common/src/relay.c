@@ -143,13 +143,8 @@ static int relay_drain_once(st_relay_t *r)
         goto db_error;
     PGresult *rows = NULL;
     /* Text results: payload arrives hex-escaped and is unescaped per row below. */
-    PGresult *res = PQexecParams(r->conn, sql_outbox_claim, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(eb.msg, sizeof eb.msg, "%s", PQerrorMessage(r->conn));
-        PQclear(res);
+    if (st_pg_exec(r->conn, sql_outbox_claim, 1, params, &rows, &eb) != ST_OK)
         goto db_error;
-    }
-    rows = res;
     int n = PQntuples(rows);
     if (n == 0) {
         PQclear(rows);

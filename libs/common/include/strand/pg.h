@@ -36,7 +36,16 @@ st_err_t st_pg_exec_bin(PGconn *conn, const char *sql, int nparams,
  * and runs it by name afterwards. Turn off behind transaction-mode poolers. */
 void st_pg_set_prepared(int enabled);
 
+/* Like st_pg_exec_bin() with the result format chosen: 0 = text, 1 = binary. */
+st_err_t st_pg_exec_format(PGconn *conn, const char *sql, int nparams,
+                           const char *const *params, const int *lengths, const int *formats,
+                           int result_format, PGresult **res, st_errbuf_t *eb);
+
+/* Opens a transaction on `conn`. The BEGIN itself is sent with the transaction's first
+ * statement (one round trip for both), so every statement of the transaction must go
+ * through st_pg_exec*() on this thread, never through libpq directly. */
 st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb);
+/* Commits (sends nothing when no statement ran since st_pg_begin()). */
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb);
 /* Rolls back if a transaction is open; never fails (a lost connection is noticed by
  * the next statement). */
