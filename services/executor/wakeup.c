@@ -119,16 +119,21 @@ const char *st_wake_outcome_name(st_wake_outcome_t outcome)
     return "unknown";
 }
 
-static const char *const sql_processed_insert =
-    "INSERT INTO strand.processed_signals (signal_id, instance_id, outcome)"
-    " VALUES ($1, $2::uuid, 'applied') ON CONFLICT (signal_id) DO NOTHING RETURNING 1";
 static const char *const sql_processed_outcome =
     "UPDATE strand.processed_signals SET outcome = $2 WHERE signal_id = $1";
-static const char *const sql_runtime_lock =
-    "SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
-    " i.input::text, i.status, coalesce(i.business_ref, i.id::text)"
+/* Dedup and state load in one round trip: records the signal id (a duplicate inserts
+ * nothing) and locks and reads the instance's runtime state; the last column is 1 for
+ * a signal seen for the first time. No row: the instance does not exist. */
+static const char *const sql_dedup_and_lock =
+    "WITH p AS (INSERT INTO strand.processed_signals (signal_id, instance_id, outcome)"
+    "   VALUES ($1, $2::uuid, 'applied') ON CONFLICT (signal_id) DO NOTHING RETURNING 1)"
+    " SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
+    " i.input::text, i.status, coalesce(i.business_ref, i.id::text), (SELECT count(*) FROM p)"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
-    " WHERE rs.instance_id = $1::uuid FOR UPDATE OF rs";
+    " WHERE rs.instance_id = $2::uuid FOR UPDATE OF rs";
+/* For a signal naming no instance: did this transaction record its id (first sight)? */
+static const char *const sql_processed_by_us =
+    "SELECT xmin = pg_current_xact_id()::xid FROM strand.processed_signals WHERE signal_id = $1";
 /* The run's result in one round trip: runtime state (under the version check),
  * projection and history entry; answers the number of runtime rows updated and the
  * instance's parent (for a child that ended). */
@@ -472,20 +477,24 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         return err;
 
     const char *dedup_params[] = {sig->signal_id, sig->instance_id};
-    PGresult *res = NULL;
-    if ((err = st_pg_exec(conn, sql_processed_insert, 2, dedup_params, &res, eb)) != ST_OK)
+    if ((err = st_pg_exec(conn, sql_dedup_and_lock, 2, dedup_params, &state, eb)) != ST_OK)
         goto fail;
-    int fresh = PQntuples(res) == 1;
-    PQclear(res);
+    int fresh;
+    if (PQntuples(state) == 1) {
+        fresh = strcmp(PQgetvalue(state, 0, 7), "1") == 0;
+    } else {
+        PGresult *res = NULL;
+        if ((err = st_pg_exec(conn, sql_processed_by_us, 1, dedup_params, &res, eb)) != ST_OK)
+            goto fail;
+        fresh = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+        PQclear(res);
+    }
     if (!fresh) {
         st_pg_rollback(conn);
+        PQclear(state);
         *outcome = ST_WAKE_DUPLICATE;
         return ST_OK;
     }
-
-    const char *lock_params[] = {sig->instance_id};
-    if ((err = st_pg_exec(conn, sql_runtime_lock, 1, lock_params, &state, eb)) != ST_OK)
-        goto fail;
     if (PQntuples(state) == 0) {
         *outcome = ST_WAKE_UNKNOWN;
         err = drop_tx(conn, sig, *outcome, "UnknownInstance",

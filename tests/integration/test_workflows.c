@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "strand/signal.h"
+#include "strand/util.h"
 #include <libpq-fe.h>
 #include "st_test.h"
 
@@ -251,6 +252,28 @@ static void test_stale_signals_change_nothing(void)
     json_decref(done);
     free(task);
     free(id);
+
+    /* A signal for an instance that does not exist, delivered twice: one dedup row
+     * (outcome unknown_instance) and one UnknownInstance notice; the redelivery is
+     * recognised as a duplicate. */
+    char ghost[37];
+    st_uuid_new(ghost);
+    st_signal_t lost;
+    st_signal_init(&lost, ST_SIGNAL_EXTERNAL, ghost, -1);
+    snprintf(lost.name, sizeof lost.name, "shipped");
+    inject(&lost);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'"
+             " AND outcome = 'unknown_instance'", lost.signal_id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    inject(&lost);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE key = '%s'"
+             " AND topic = 'signals' AND published_at IS NOT NULL", ghost);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 2, 20), 2);
+    sleep(1);   /* the redelivery, once published, is consumed within milliseconds */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE key = '%s'"
+             " AND topic = 'notices'", ghost);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    st_signal_close(&lost);
 }
 
 static double now_s(void)
