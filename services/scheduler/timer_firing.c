@@ -19,6 +19,10 @@
 struct st_timer_firing {
     st_service_t *svc;
     st_due_loop_t *loop;
+    /* Counting pending timers and purging fired ones run on a loop (thread and
+     * connection) of their own: inline, every 15 s, they held up the firing of timers
+     * due meanwhile (W3's p99 lateness). */
+    st_due_loop_t *housekeeping_loop;
     time_t last_housekeeping;
     st_metric_t *m_fired, *m_lateness, *m_pending, *m_batches;
     st_metric_t *m_pending_shard[ST_TIMER_SHARDS];
@@ -83,11 +87,14 @@ static int fire_due(PGconn *conn, void *ctx)
     return n;
 }
 
-static void housekeeping(st_timer_firing_t *f, PGconn *conn)
+/* The housekeeping loop's `process`: samples the pending gauges and purges fired
+ * timers every HOUSEKEEPING_EVERY_S; returns 0 (never a "full batch"). */
+static int housekeeping(PGconn *conn, void *ctx)
 {
+    st_timer_firing_t *f = ctx;
     time_t now = time(NULL);
     if (now - f->last_housekeeping < HOUSEKEEPING_EVERY_S)
-        return;
+        return 0;
     f->last_housekeeping = now;
     st_errbuf_t eb;
     PGresult *res = NULL;
@@ -110,12 +117,18 @@ static void housekeeping(st_timer_firing_t *f, PGconn *conn)
     const char *params[] = {secs};
     if (st_pg_exec(conn, sql_purge, 1, params, NULL, &eb) != ST_OK)
         st_log_warn("could not purge fired timers", "%s", eb.msg);
+    return 0;
+}
+
+static long long housekeeping_wait_ms(PGconn *conn, void *ctx)
+{
+    st_timer_firing_t *f = ctx;
+    long long left = (long long)(f->last_housekeeping + HOUSEKEEPING_EVERY_S - time(NULL));
+    return left <= 0 ? 0 : left * 1000;
 }
 
 static long long next_wait_ms(PGconn *conn, void *ctx)
 {
-    st_timer_firing_t *f = ctx;
-    housekeeping(f, conn);
     st_errbuf_t eb;
     PGresult *res = NULL;
     long long wait = -1;
@@ -148,7 +161,12 @@ st_err_t st_timer_firing_start(st_service_t *svc, st_timer_firing_t **out, st_er
     }
     st_due_loop_config_t cfg = {"scheduler", ST_TIMER_CHANNEL, FIRE_BATCH, fire_due,
                                 next_wait_ms, f};
+    /* Nothing notifies its channel: it wakes on its own deadline only. */
+    st_due_loop_config_t hk = {"scheduler-housekeeping", "strand_timer_housekeeping", 1,
+                               housekeeping, housekeeping_wait_ms, f};
     st_err_t err = st_due_loop_start(svc, &cfg, &f->loop, eb);
+    if (err == ST_OK && (err = st_due_loop_start(svc, &hk, &f->housekeeping_loop, eb)) != ST_OK)
+        st_due_loop_stop(f->loop);
     if (err != ST_OK) {
         free(f);
         return err;
@@ -161,6 +179,7 @@ void st_timer_firing_stop(st_timer_firing_t *f)
 {
     if (f == NULL)
         return;
+    st_due_loop_stop(f->housekeeping_loop);
     st_due_loop_stop(f->loop);
     free(f);
 }

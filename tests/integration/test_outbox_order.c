@@ -7,7 +7,8 @@
  * the second could publish first. A lifecycle instance then saw "pay" before the
  * "ship" sent ahead of it (seen 2026-11-23 as a test_lifecycle failure in CI). This
  * test runs three relays in one process against two writers committing row after
- * row, and checks the order per key on the topic.
+ * row, and checks the order per key on the topic; then it stops the relay that
+ * publishes (the leader) and checks that a standby takes over, in order.
  */
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
@@ -119,6 +120,48 @@ static void test_order_per_key_with_several_relays(void)
     CU_ASSERT_EQUAL(out_of_order, 0);
     for (int i = 0; i < WRITERS; i++)
         CU_ASSERT_EQUAL(next[i], ROWS_PER_WRITER);
+
+    /* Exactly one relay publishes; when it stops, a standby takes over. */
+    int leaders = 0, leader = -1;
+    for (int i = 0; i < RELAYS; i++)
+        if (st_relay_leading(relays[i])) {
+            leaders++;
+            leader = i;
+        }
+    CU_ASSERT_EQUAL(leaders, 1);
+    CU_ASSERT_FATAL(leader >= 0);
+    st_relay_stop(relays[leader]);
+    relays[leader] = NULL;
+    writer_arg_t more = {.writer = 0};
+    write_rows(&more);   /* key k0 again: 0 .. ROWS_PER_WRITER - 1 */
+    CU_ASSERT_EQUAL(more.committed, ROWS_PER_WRITER);
+    int next_again = 0;
+    out_of_order = 0;
+    deadline = time(NULL) + 30;
+    while (next_again < ROWS_PER_WRITER && time(NULL) < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(consumer, 500);
+        if (m == NULL)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && m->key_len == 2 &&
+            memcmp(m->key, "k0", 2) == 0) {
+            char text[32];
+            size_t n = m->len < sizeof text - 1 ? m->len : sizeof text - 1;
+            memcpy(text, m->payload, n);
+            text[n] = '\0';
+            int seq = atoi(text);
+            if (seq > next_again)
+                out_of_order++;
+            if (seq >= next_again)
+                next_again = seq + 1;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    CU_ASSERT_EQUAL(next_again, ROWS_PER_WRITER);   /* all published after the failover */
+    CU_ASSERT_EQUAL(out_of_order, 0);
+    leaders = 0;
+    for (int i = 0; i < RELAYS; i++)
+        leaders += relays[i] != NULL && st_relay_leading(relays[i]);
+    CU_ASSERT_EQUAL(leaders, 1);
 
     for (int i = 0; i < RELAYS; i++)
         st_relay_stop(relays[i]);

@@ -1,10 +1,12 @@
 /*
  * relay.c - the outbox relay thread (see outbox.h).
  *
- * States: CONNECT (PostgreSQL + LISTEN, retried with backoff) -> DRAIN (claim and
- * publish batches until a claim comes back short) -> WAIT (poll(2) on the
- * notification socket and the stop pipe; a 30 s timeout is the safety net for a
- * missed notification) -> DRAIN ... A lost connection goes back to CONNECT.
+ * States: CONNECT (PostgreSQL, retried with backoff) -> STANDBY (try for the session
+ * advisory lock every second) -> LEAD (LISTEN; DRAIN: claim and publish batches until a
+ * claim comes back short; WAIT: poll(2) on the notification socket and the stop pipe,
+ * a 30 s timeout being the safety net for a missed notification; DRAIN ...). A lost
+ * connection goes back to CONNECT (and frees the lock for a standby); a leader that
+ * cannot reach Kafka for 10 s steps down for 10 s.
  */
 #include "strand/outbox.h"
 
@@ -24,10 +26,13 @@
 
 #define SAFETY_WAIT_MS 30000
 #define PURGE_EVERY_S 60
-/* Arbitrary constant: the advisory lock key that lets one relay at a time claim and
- * publish. Two relays publishing side by side could send one key's rows out of
+/* Arbitrary constant: the session advisory lock held by the one relay that publishes
+ * (the leader). Two relays publishing side by side could send one key's rows out of
  * commit order (rows N and N+1 claimed by different relays, N+1 delivered first). */
 #define RELAY_LOCK_KEY "7306532"
+#define STANDBY_RETRY_MS 1000       /* a standby tries to take the lead this often */
+#define LEADER_KAFKA_DOWN_S 10      /* a leader that cannot reach Kafka this long steps down */
+#define RESIGNED_PAUSE_S 10         /* ... and leaves the lead to others this long */
 
 struct st_relay {
     st_config_t cfg;
@@ -36,10 +41,12 @@ struct st_relay {
     int stopping;       /* atomic */
     int ready;          /* atomic: PostgreSQL connected and LISTENing */
     int kafka_up;       /* atomic: the producer reaches a broker */
+    int leader;         /* atomic: this relay holds RELAY_LOCK_KEY and publishes */
+    time_t kafka_down_since, resigned_until;
     PGconn *conn;
     rd_kafka_t *producer;
     time_t last_purge;
-    st_metric_t *published, *failed, *lag, *backlog;
+    st_metric_t *published, *failed, *lag, *backlog, *leading;
 };
 
 /* Delivery status of one row, written by the delivery-report callback. */
@@ -93,9 +100,16 @@ static void relay_pause(st_relay_t *r, int ms)
     poll(&pfd, 1, ms);
 }
 
+static void set_leader(st_relay_t *r, int leader)
+{
+    __atomic_store_n(&r->leader, leader, __ATOMIC_RELEASE);
+    st_metric_set(r->leading, leader);
+}
+
 static void relay_disconnect(st_relay_t *r)
 {
     __atomic_store_n(&r->ready, 0, __ATOMIC_RELEASE);
+    set_leader(r, 0);   /* the session's lock goes with it */
     if (r->conn != NULL)
         PQfinish(r->conn);
     r->conn = NULL;
@@ -103,30 +117,71 @@ static void relay_disconnect(st_relay_t *r)
 
 static int relay_connect(st_relay_t *r)
 {
+    /* The leader's lock lives as long as its session: let the server notice a vanished
+     * client within about 25 s rather than the kernel's default two hours. */
+    static const char *const sql_keepalives =
+        "SELECT set_config('tcp_keepalives_idle', '10', false),"
+        " set_config('tcp_keepalives_interval', '5', false),"
+        " set_config('tcp_keepalives_count', '3', false)";
     st_errbuf_t eb;
     if (st_pg_connect(r->cfg.pg_dsn, "strand-relay", &r->conn, &eb) != ST_OK) {
         st_log_warn("relay could not connect to PostgreSQL", "%s", eb.msg);
         return 0;
     }
-    if (st_pg_exec(r->conn, "LISTEN " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
-        st_log_warn("relay could not LISTEN", "%s", eb.msg);
-        relay_disconnect(r);
-        return 0;
-    }
+    if (st_pg_exec(r->conn, sql_keepalives, 0, NULL, NULL, &eb) != ST_OK)
+        st_log_warn("relay could not set TCP keepalives", "%s", eb.msg);
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
     if (st_kafka_connected(r->producer))
         __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
     return 1;
 }
 
+/* A standby's attempt to become the leader: the session lock, then LISTEN. Returns
+ * 1 if this relay now leads, 0 if another does, -1 on a database error. */
+static int relay_try_lead(st_relay_t *r)
+{
+    static const char *const sql_try_lead = "SELECT pg_try_advisory_lock(" RELAY_LOCK_KEY ")";
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    if (st_pg_exec(r->conn, sql_try_lead, 0, NULL, &res, &eb) != ST_OK) {
+        st_log_warn("relay could not ask for the lead", "%s", eb.msg);
+        return -1;
+    }
+    int got = PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (!got)
+        return 0;
+    if (st_pg_exec(r->conn, "LISTEN " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
+        st_log_warn("relay could not LISTEN", "%s", eb.msg);
+        return -1;   /* the caller reconnects, which releases the lock */
+    }
+    r->kafka_down_since = 0;
+    set_leader(r, 1);
+    st_log_info("this relay now publishes the outbox", NULL);
+    return 1;
+}
+
+/* A leader that cannot reach Kafka lets a relay that can take over. */
+static void relay_resign(st_relay_t *r)
+{
+    st_errbuf_t eb;
+    if (st_pg_exec(r->conn, "UNLISTEN *", 0, NULL, NULL, &eb) != ST_OK ||
+        st_pg_exec(r->conn, "SELECT pg_advisory_unlock(" RELAY_LOCK_KEY ")", 0, NULL, NULL,
+                   &eb) != ST_OK) {
+        relay_disconnect(r);   /* ending the session releases the lock too */
+    } else {
+        set_leader(r, 0);
+    }
+    r->resigned_until = time(NULL) + RESIGNED_PAUSE_S;
+    st_log_warn("relay stepped down: Kafka unreachable", "for %d s; another relay may publish",
+                LEADER_KAFKA_DOWN_S);
+}
+
 /* Claims up to relay_batch rows in id order, publishes them, marks the delivered
- * ones up to the first failure. Relays take turns under RELAY_LOCK_KEY (the lock
- * statement runs before the claim, so the claim's snapshot sees what the previous
- * holder marked). Returns the number of rows claimed, or -1 on a database error. */
+ * ones up to the first failure. Only the leader calls it. Returns the number of rows
+ * claimed, or -1 on a database error. */
 static int relay_drain_once(st_relay_t *r)
 {
-    static const char *const sql_relay_lock =
-        "SELECT pg_advisory_xact_lock(" RELAY_LOCK_KEY ")";
     static const char *const sql_outbox_claim =
         "SELECT id, topic, key, payload,"
         " extract(epoch FROM (clock_timestamp() - created_at))"
@@ -138,8 +193,7 @@ static int relay_drain_once(st_relay_t *r)
     char limit[16];
     snprintf(limit, sizeof limit, "%d", r->cfg.relay_batch);
     const char *params[] = {limit};
-    if (st_pg_begin(r->conn, &eb) != ST_OK ||
-        st_pg_exec(r->conn, sql_relay_lock, 0, NULL, NULL, &eb) != ST_OK)
+    if (st_pg_begin(r->conn, &eb) != ST_OK)
         goto db_error;
     PGresult *rows = NULL;
     /* Text results: payload arrives hex-escaped and is unescaped per row below. */
@@ -291,6 +345,19 @@ static void *relay_main(void *arg)
             continue;
         }
         backoff_ms = 100;
+        if (!__atomic_load_n(&r->leader, __ATOMIC_ACQUIRE)) {
+            if (st_kafka_connected(r->producer))
+                __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+            int led = time(NULL) >= r->resigned_until ? relay_try_lead(r) : 0;
+            if (led < 0) {
+                relay_disconnect(r);
+                continue;
+            }
+            if (led == 0) {   /* another relay publishes: stand by */
+                relay_pause(r, STANDBY_RETRY_MS);
+                continue;
+            }
+        }
         int n = 0;
         while (!relay_stopping(r) && (n = relay_drain_once(r)) == r->cfg.relay_batch)
             ;
@@ -299,6 +366,14 @@ static void *relay_main(void *arg)
             continue;
         }
         relay_purge(r);
+        if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE)) {
+            r->kafka_down_since = 0;
+        } else if (r->kafka_down_since == 0) {
+            r->kafka_down_since = time(NULL);
+        } else if (time(NULL) - r->kafka_down_since >= LEADER_KAFKA_DOWN_S) {
+            relay_resign(r);
+            continue;
+        }
         if (!relay_stopping(r))
             relay_wait(r);
     }
@@ -320,6 +395,9 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
                                   "Time from outbox insert to Kafka delivery", NULL);
     r->backlog = st_metrics_gauge("strand_outbox_backlog",
                                   "Unpublished outbox rows (sampled every minute)", NULL);
+    r->leading = st_metrics_gauge("strand_outbox_relay_leader",
+                                  "1 while this process's relay is the one publishing the outbox",
+                                  NULL);
     st_kafka_callbacks_t cbs = {on_delivery, on_kafka_error, r};
     st_err_t err = st_kafka_producer_new(cfg, &cbs, &r->producer, eb);
     if (err != ST_OK) {
@@ -350,6 +428,11 @@ void st_relay_stop(st_relay_t *r)
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);
     free(r);
+}
+
+int st_relay_leading(const st_relay_t *r)
+{
+    return r != NULL && __atomic_load_n(&r->leader, __ATOMIC_ACQUIRE);
 }
 
 int st_relay_ready(const st_relay_t *r)

@@ -4,11 +4,12 @@
  * Every message a state change causes is written to strand.outbox in the same
  * PostgreSQL transaction (st_outbox_add_tx); nothing on a transactional path produces
  * to Kafka directly. The relay, a thread in each writing service, moves committed rows
- * to Kafka: it wakes on LISTEN/NOTIFY, takes a transaction-scoped advisory lock (so
- * any number of relays run, one at a time, and each key's messages keep their commit
- * order), claims the oldest rows, produces them with the idempotent producer and marks
- * them published only after their delivery reports succeed, up to the first failure.
- * Published rows are purged after STRAND_OUTBOX_RETENTION_S.
+ * to Kafka. Any number of relays run; one of them, the leader, holds a session advisory
+ * lock and publishes (so each key's messages keep their commit order), the others stand
+ * by and take over within about a second when the leader's session ends. The leader
+ * wakes on LISTEN/NOTIFY, claims the oldest rows, produces them with the idempotent
+ * producer and marks them published only after their delivery reports succeed, up to
+ * the first failure. Published rows are purged after STRAND_OUTBOX_RETENTION_S.
  */
 #ifndef STRAND_OUTBOX_H
 #define STRAND_OUTBOX_H
@@ -37,8 +38,11 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
 /* Asks the relay to finish the batch in hand, waits for it, and frees it. */
 void st_relay_stop(st_relay_t *relay);
 
+/* True while this relay is the one publishing (holds the leader lock). */
+int st_relay_leading(const st_relay_t *relay);
+
 /* True while the relay has a live PostgreSQL connection and its producer reaches a
- * Kafka broker. */
+ * Kafka broker (a standby is ready too). */
 int st_relay_ready(const st_relay_t *relay);
 
 #endif
