@@ -141,6 +141,14 @@ static void test_begin_with_first_statement(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "nope"));
         st_pg_rollback(conn);
     }
+    /* a BEGIN left pending when the session ends does not follow the PGconn into a
+     * new session */
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    PQreset(conn);
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    PQclear(PQexec(conn, "CREATE TEMP TABLE t (v int PRIMARY KEY)"));
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, one, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);   /* autocommitted */
     /* an empty transaction sends nothing */
     CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
     CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);

@@ -197,15 +197,20 @@ static stmt_t *stmt_lookup(conn_stmts_t *c, const char *sql, int *added)
  * nothing either.
  */
 #define PENDING_BEGINS 4
-static __thread PGconn *pending_begin[PENDING_BEGINS];
+/* The session is part of the key: a PGconn freed without a rollback and another one
+ * allocated at the same address must not inherit the BEGIN. */
+static __thread struct {
+    PGconn *conn;
+    int backend_pid;
+} pending_begin[PENDING_BEGINS];
 
 /* True (and forgotten) if `conn` has a BEGIN waiting to be sent. */
 static int take_pending_begin(PGconn *conn)
 {
     for (int i = 0; i < PENDING_BEGINS; i++)
-        if (pending_begin[i] == conn) {
-            pending_begin[i] = NULL;
-            return 1;
+        if (pending_begin[i].conn == conn) {
+            pending_begin[i].conn = NULL;
+            return pending_begin[i].backend_pid == PQbackendPID(conn);
         }
     return 0;
 }
@@ -415,10 +420,11 @@ st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb)
     take_pending_begin(conn);   /* a second begin on one connection replaces the first */
     int slot = -1;
     for (int i = 0; i < PENDING_BEGINS && slot < 0; i++)
-        if (pending_begin[i] == NULL)
+        if (pending_begin[i].conn == NULL)
             slot = i;
     if (slot >= 0) {
-        pending_begin[slot] = conn;
+        pending_begin[slot].conn = conn;
+        pending_begin[slot].backend_pid = PQbackendPID(conn);
     } else {   /* more open transactions in one thread than slots: send it now */
         st_err_t err = st_pg_exec(conn, "BEGIN", 0, NULL, NULL, eb);
         if (err != ST_OK)
