@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strand/curl_body.h"
 #include "strand/pg.h"
 #include "strand/timer.h"
 #include "strand/util.h"
@@ -69,39 +70,20 @@ static char g_tag[64]; /* business_ref of this run's instances */
 
 /* ---- HTTP ---------------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len;
-} body_t;
-
-static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
-{
-    body_t *b = ud;
-    size_t n = sz * nm;
-    char *nb = realloc(b->buf, b->len + n + 1);
-    if (nb == NULL)
-        return 0;
-    memcpy(nb + b->len, p, n);
-    b->buf = nb;
-    b->len += n;
-    b->buf[b->len] = '\0';
-    return n;
-}
-
 /* One request on a caller-owned easy handle (keep-alive per thread). Returns the
  * HTTP status (-1 unreachable) and the parsed body in *out (caller decrefs). */
 static long http(CURL *c, const char *method, const char *path, const char *body, json_t **out)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", t_api != NULL ? t_api : g_apis[0], path);
-    body_t b = {NULL, 0};
+    st_curl_body_t b = {0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     if (body != NULL)
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -110,8 +92,8 @@ static long http(CURL *c, const char *method, const char *path, const char *body
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(h);
     if (out != NULL)
-        *out = b.buf != NULL ? json_loads(b.buf, 0, NULL) : NULL;
-    free(b.buf);
+        *out = b.data != NULL ? json_loads(b.data, 0, NULL) : NULL;
+    free(b.data);
     return status;
 }
 

@@ -77,7 +77,7 @@ static const char *const sql_reuse_history =
     "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'terminated',"
     " jsonb_build_object('reason', 'id_reuse_policy', 'replaced_by', $2::text))";
 
-static int reuse_ended(const char *status)
+int st_api_status_ended(const char *status)
 {
     return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
            strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
@@ -102,7 +102,7 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         return err;
     int n = PQntuples(res), running = 0;
     for (int i = 0; i < n; i++)
-        running += !reuse_ended(PQgetvalue(res, i, 1));
+        running += !st_api_status_ended(PQgetvalue(res, i, 1));
     const char *refusal = NULL;
     if (strcmp(policy, "disallow_reuse") == 0 && n > 0)
         refusal = "this process id was used before and the definition's id_reuse_policy is disallow_reuse";
@@ -118,7 +118,7 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         return ST_OK;
     }
     for (int i = 0; i < n && err == ST_OK; i++) {
-        if (reuse_ended(PQgetvalue(res, i, 1)))
+        if (st_api_status_ended(PQgetvalue(res, i, 1)))
             continue;
         const char *t_params[] = {PQgetvalue(res, i, 0)};
         const char *h_params[] = {PQgetvalue(res, i, 0), new_id};
@@ -202,9 +202,7 @@ static int view_moved(const st_answer_t *view, long long after_version)
 {
     const char *status = json_string_value(json_object_get(view->body, "status"));
     long long version = json_integer_value(json_object_get(view->body, "state_version"));
-    int ended = status && (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-                           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0);
-    return ended || version > after_version;
+    return (status != NULL && st_api_status_ended(status)) || version > after_version;
 }
 
 int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
@@ -231,10 +229,11 @@ static void handle_get(st_http_req_t *req, void *ctx)
         st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
     } else if (wait_ms < 0 || wait_ms > 60000) {
         st_answer_problem(&answer, 400, "invalid_wait", "wait_ms must be from 0 to 60000", "/wait_ms", NULL);
-    } else if (st_api_instance_view(api, id, -1, &answer) && wait_ms > 0 && answer.status == 200) {
+    } else {
+        st_api_instance_view(api, id, -1, &answer);
         long long version = json_integer_value(json_object_get(answer.body, "state_version"));
         long long after = after_text ? atoll(after_text) : version;
-        if (!view_moved(&answer, after)) {
+        if (wait_ms > 0 && answer.status == 200 && !view_moved(&answer, after)) {
             st_answer_close(&answer);
             st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms);
             return;

@@ -29,12 +29,6 @@ static const char *const sql_request_claim =
     "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ($1, $2, $3::uuid)"
     " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
 
-static int is_ended(const char *status)
-{
-    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
-}
-
 /* Enqueues `sig` in one transaction, with an optional idempotency key in `scope`.
  * Answers 202 (or 200 for a repeated request_id) or an error. */
 static void enqueue(PGconn *conn, st_signal_t *sig, const char *scope, const char *request_id,
@@ -115,7 +109,7 @@ static int instance_open(PGconn *conn, const char *id, st_answer_t *out)
     int ok = 0;
     if (PQntuples(res) == 0)
         st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
-    else if (is_ended(PQgetvalue(res, 0, 0)))
+    else if (st_api_status_ended(PQgetvalue(res, 0, 0)))
         st_answer_problem(out, 409, "instance_ended", "the instance has already ended", NULL,
                           NULL);
     else

@@ -16,29 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strand/curl_body.h"
+
 typedef struct {
     const char *api;
     int json_output;
 } ctl_t;
-
-typedef struct {
-    char *data;
-    size_t len;
-} buffer_t;
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    buffer_t *buf = userdata;
-    size_t n = size * nmemb;
-    char *grown = realloc(buf->data, buf->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    buf->data = grown;
-    memcpy(buf->data + buf->len, ptr, n);
-    buf->len += n;
-    buf->data[buf->len] = '\0';
-    return n;
-}
 
 /* Performs one request; returns the HTTP status (or -1 if unreachable) and the raw
  * body in *raw (caller frees; NULL when empty). */
@@ -48,7 +31,7 @@ static long request_raw(const ctl_t *ctl, const char *method, const char *path,
     CURL *curl = curl_easy_init();
     char url[2048];
     snprintf(url, sizeof url, "%s%s", ctl->api, path);
-    buffer_t buf = {NULL, 0};
+    st_curl_body_t buf = {0};
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     const char *token = getenv("STRAND_API_TOKEN");
     if (token != NULL) {
@@ -59,7 +42,7 @@ static long request_raw(const ctl_t *ctl, const char *method, const char *path,
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
     if (body != NULL)
@@ -196,11 +179,11 @@ static char *read_file(const char *path)
         perror(path);
         return NULL;
     }
-    buffer_t buf = {NULL, 0};
+    st_curl_body_t buf = {0};
     char chunk[8192];
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        collect(chunk, 1, n, &buf);
+        st_curl_body_collect(chunk, 1, n, &buf);
     if (f != stdin)
         fclose(f);
     return buf.data ? buf.data : strdup("");

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strand/curl_body.h"
+
 static const char *const service_names[IT_NSERVICES] = {"api", "executor", "scheduler",
                                                         "monitor"};
 static pid_t pids[IT_NSERVICES];
@@ -216,32 +218,13 @@ int it_stop_all(void)
     return ok;
 }
 
-typedef struct {
-    char *data;
-    size_t len;
-} buf_t;
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    buf_t *b = userdata;
-    size_t n = size * nmemb;
-    char *grown = realloc(b->data, b->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    b->data = grown;
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
-
 long it_http_request(it_service_t svc, const char *token, const char *method, const char *path,
                      const char *body, char **raw, char *ctype, size_t ctype_len)
 {
     char url[1024], auth[200];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", it_port(svc), path);
     CURL *curl = curl_easy_init();
-    buf_t b = {NULL, 0};
+    st_curl_body_t b = {0};
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
     if (token != NULL) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
@@ -250,7 +233,7 @@ long it_http_request(it_service_t svc, const char *token, const char *method, co
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, 20L);
     if (body != NULL)

@@ -6,26 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char *data;
-    size_t len;
-} answer_t;
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    answer_t *a = userdata;
-    size_t n = size * nmemb;
-    if (a->len + n > ST_WORKER_MAX_ANSWER_BYTES)
-        return 0;   /* aborts the transfer: an oversized answer is a failed call */
-    char *grown = realloc(a->data, a->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    a->data = grown;
-    memcpy(a->data + a->len, ptr, n);
-    a->len += n;
-    a->data[a->len] = '\0';
-    return n;
-}
+#include "strand/curl_body.h"
 
 static struct curl_slist *add_header(struct curl_slist *list, const char *name, const char *value)
 {
@@ -55,7 +36,7 @@ st_err_t st_worker_call(const char *method, const char *url, const char *body,
     json_t *value;
     json_object_foreach((json_t *)headers, name, value)
         list = add_header(list, name, json_string_value(value));
-    answer_t answer = {NULL, 0};
+    st_curl_body_t answer = {.limit = ST_WORKER_MAX_ANSWER_BYTES};
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method ? method : "POST");
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "{}");
@@ -63,7 +44,7 @@ st_err_t st_worker_call(const char *method, const char *url, const char *body,
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
     CURLcode rc = curl_easy_perform(curl);
     st_err_t err = ST_OK;
