@@ -11,8 +11,10 @@
  * A worker marks its entry done only after the wake-up (or dead letter) committed.
  * The consumer thread commits, per partition, the offset after the longest done
  * prefix; a message that never completes (stop during a retry) holds its partition's
- * offset back and is redelivered. On a revoke the consumer waits for the workers to
- * drain, commits, then lets the partitions go.
+ * offset back and is redelivered. Commits go out at most every
+ * STRAND_EXECUTOR_COMMIT_INTERVAL_MS (each is a write on the broker); a crash replays
+ * at most that interval's signals, which the duplicate check drops. On a revoke the
+ * consumer waits for the workers to drain, commits, then lets the partitions go.
  *
  * Per message: decode -> wake-up transaction -> done. A retryable failure (PostgreSQL
  * down) retries the same message with backoff, never skipping it; a permanent failure
@@ -336,6 +338,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 static void *consumer_main(void *arg)
 {
     st_executor_t *ex = arg;
+    long long last_commit = st_now_ms();
     while (!stopping(ex)) {
         rd_kafka_message_t *msg = rd_kafka_consumer_poll(ex->consumer, 100);
         if (msg != NULL && msg->err) {
@@ -360,7 +363,11 @@ static void *consumer_main(void *arg)
             t->tail = item;
             dispatch(ex, item);
         }
-        commit_done(ex, 0, 0);
+        long long now = st_now_ms();
+        if (now - last_commit >= ex->svc->cfg.executor_commit_interval_ms) {
+            commit_done(ex, 0, 0);
+            last_commit = now;
+        }
     }
     /* Stop: wake the workers, wait for the messages in hand, commit what finished. */
     for (int i = 0; i < ex->nworkers; i++) {
