@@ -2,7 +2,7 @@
 # Runs strand-bench W1-W4, the peer engines' W1/W2 (Restate, DBOS) on the same machine
 # in the same run, and the cost curves; writes the results into docs/benchmarks.md.
 #
-#   bench/compare.sh            full run (about 10 minutes on 2 cores)
+#   bench/compare.sh            full run (about 20 minutes on 2 cores)
 #   bench/compare.sh --quick    small N everywhere (a smoke run; does not touch the doc
 #                               unless STRAND_BENCH_WRITE_DOC=1)
 #
@@ -14,7 +14,13 @@
 # the same PostgreSQL. A peer that cannot be installed or started is reported as such
 # in the doc, and the run continues.
 #
+# W1 is the throughput comparison, and one run of it on a 2-core machine moves by +-20%:
+# every engine first gets an untimed warm-up W1 (STRAND_BENCH_WARMUP_N instances: JIT
+# compilers, caches and connection pools warm), then STRAND_BENCH_ROUNDS timed W1 runs;
+# the doc reports each engine's median round and all the rounds' rates.
+#
 # Environment: STRAND_BENCH_N_W1 (5000), _N_W2 (1000), _N_W3 (10000), _N_W4 (300),
+# STRAND_BENCH_ROUNDS (3), STRAND_BENCH_WARMUP_N (500),
 # STRAND_BENCH_CONCURRENCY (16), STRAND_BENCH_CURVE_N (2000: W1 size at each curve
 # point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
 # STRAND_BENCH_NOTE (a sentence for the doc, e.g. what else ran on the machine).
@@ -27,10 +33,12 @@ if [ $quick = 1 ]; then
   N1=${STRAND_BENCH_N_W1:-300} N2=${STRAND_BENCH_N_W2:-200} N3=${STRAND_BENCH_N_W3:-1000}
   N4=${STRAND_BENCH_N_W4:-50} CN=${STRAND_BENCH_CURVE_N:-300}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 3000"} W3MS=5000
+  ROUNDS=${STRAND_BENCH_ROUNDS:-1} WARM=${STRAND_BENCH_WARMUP_N:-50}
 else
   N1=${STRAND_BENCH_N_W1:-5000} N2=${STRAND_BENCH_N_W2:-1000} N3=${STRAND_BENCH_N_W3:-10000}
   N4=${STRAND_BENCH_N_W4:-300} CN=${STRAND_BENCH_CURVE_N:-2000}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 10000 100000"} W3MS=20000
+  ROUNDS=${STRAND_BENCH_ROUNDS:-3} WARM=${STRAND_BENCH_WARMUP_N:-500}
 fi
 C=${STRAND_BENCH_CONCURRENCY:-16}
 BUILD=${STRAND_BENCH_BUILD:-$repo/build}
@@ -103,6 +111,8 @@ meta started "\"$t_start\""
 meta commit "\"$(git describe --always --dirty 2>/dev/null || echo unknown)\""
 meta host "\"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\""
 meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+meta rounds "$ROUNDS"
+meta warmup_n "$WARM"
 meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
 
 # ---- Strand W1-W4 -----------------------------------------------------------------
@@ -119,7 +129,13 @@ drain() {
   done
   log "drain: still busy after 180 s"
 }
-sb --workload w1 --n "$N1" --storage --label main --timeout 600
+sb --workload w1 --n "$WARM" --label warmup --timeout 600
+drain
+for round in $(seq 1 "$ROUNDS"); do
+  # the first round also measures the tables' growth per instance
+  sb --workload w1 --n "$N1" $([ "$round" = 1 ] && echo --storage) --label main --timeout 600
+  drain
+done
 meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
 drain
 sb --workload w2 --n "$N2" --storage --label main --timeout 600
@@ -166,12 +182,15 @@ EOF
   if [ $ok = 1 ]; then
     sleep 1
     peer_status restate ok "restate-server $("$server" --version 2>/dev/null | awk '{print $2}'), @restatedev/restate-sdk $(node -p "require('$dir/node_modules/@restatedev/restate-sdk/package.json').version") on Node $(node --version)"
-    for w in w1 w2; do
-      local n=$N1; [ $w = w2 ] && n=$N2
-      log "restate $w n=$n"
+    local w n label
+    for run in warmup $(seq 1 "$ROUNDS") w2; do
+      w=w1 n=$N1 label=main
+      [ $run = warmup ] && n=$WARM label=warmup
+      [ $run = w2 ] && w=w2 n=$N2
+      log "restate $w n=$n ($label)"
       load1
       RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
-        timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label main --json \
+        timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
         >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
     done
     echo "{\"meta\":\"restate_rss_kb\",\"value\":$(rss_kb $spid)}" >>"$results"
@@ -192,11 +211,14 @@ run_dbos() {
   peer_status dbos ok "dbos $("$py" -c 'import importlib.metadata as m; print(m.version("dbos"))') on Python $("$py" -c 'import platform; print(platform.python_version())'), system database on the same PostgreSQL 15"
   # each workload in DBOS's faster form here: W1 as threads calling sync workflows, W2 as
   # async workflows (a thread blocked in recv per waiting workflow is far slower)
-  for w in w1 w2; do
-    local n=$N1 variant=""; [ $w = w2 ] && n=$N2 && variant=--async
-    log "dbos $w n=$n $variant"
+  local w n variant label
+  for run in warmup $(seq 1 "$ROUNDS") w2; do
+    w=w1 n=$N1 variant="" label=main
+    [ $run = warmup ] && n=$WARM label=warmup
+    [ $run = w2 ] && w=w2 n=$N2 variant=--async
+    log "dbos $w n=$n $variant ($label)"
     load1
-    timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label main --json \
+    timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
       >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
   done
 }
@@ -240,7 +262,7 @@ meta finished "\"$(date -u +%FT%TZ)\""
 meta loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 
 cmdline="bench/compare.sh${1:+ $1}"
-for v in STRAND_BENCH_CONCURRENCY STRAND_BENCH_CURVE_LEVELS STRAND_BENCH_CURVE_N STRAND_BENCH_N_W4 \
+for v in STRAND_BENCH_ROUNDS STRAND_BENCH_WARMUP_N STRAND_BENCH_CONCURRENCY STRAND_BENCH_CURVE_LEVELS STRAND_BENCH_CURVE_N STRAND_BENCH_N_W4 \
          STRAND_BENCH_N_W3 STRAND_BENCH_N_W2 STRAND_BENCH_N_W1 STRAND_BENCH_PORT_BASE STRAND_BENCH_BUILD \
          STRAND_KAFKA_PORT STRAND_REDIS_PORT STRAND_PG_PORT STRAND_STACK_DIR; do
   [ -n "${!v:-}" ] && cmdline="$v=${!v} $cmdline"
