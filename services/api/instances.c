@@ -335,9 +335,10 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         goto done;
     const char *inst_params[] = {id, definition, pinned, business_ref, input_text};
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
-    if ((err = st_pg_exec(conn, sql_instance_insert, 5, inst_params, &res, &eb)) != ST_OK ||
-        (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
-        (err = st_pg_commit(conn, &eb)) != ST_OK)
+    /* The START signal's outbox row is queued and goes out in one round trip with the
+     * instance insert and the COMMIT. */
+    if ((err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
+        (err = st_pg_exec_commit(conn, sql_instance_insert, 5, inst_params, &res, &eb)) != ST_OK)
         goto done;
     answer_view(out, res, 201);   /* as inserted: pending, state_version 0 */
 

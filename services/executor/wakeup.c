@@ -122,21 +122,25 @@ const char *st_wake_outcome_name(st_wake_outcome_t outcome)
 static const char *const sql_processed_outcome =
     "UPDATE strand.processed_signals SET outcome = $2 WHERE signal_id = $1";
 /* Dedup and state load in one round trip: records the signal id (a duplicate inserts
- * nothing) and locks and reads the instance's runtime state; the last column is 1 for
- * a signal seen for the first time. No row: the instance does not exist. */
+ * nothing) and locks and reads the instance's runtime state; column 7 is 1 for a
+ * signal seen for the first time, 8 and 9 the parent (a child's). No row: the instance
+ * does not exist. */
 static const char *const sql_dedup_and_lock =
     "WITH p AS (INSERT INTO strand.processed_signals (signal_id, instance_id, outcome)"
     "   VALUES ($1, $2::uuid, 'applied') ON CONFLICT (signal_id) DO NOTHING RETURNING 1)"
     " SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
-    " i.input::text, i.status, coalesce(i.business_ref, i.id::text), (SELECT count(*) FROM p)"
+    " i.input::text, i.status, coalesce(i.business_ref, i.id::text), (SELECT count(*) FROM p),"
+    " i.parent_instance_id, i.parent_waiting_token"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $2::uuid FOR UPDATE OF rs";
 /* For a signal naming no instance: did this transaction record its id (first sight)? */
 static const char *const sql_processed_by_us =
     "SELECT xmin = pg_current_xact_id()::xid FROM strand.processed_signals WHERE signal_id = $1";
-/* The run's result in one round trip: runtime state (under the version check),
- * projection and history entry; answers the number of runtime rows updated and the
- * instance's parent (for a child that ended). */
+/* The run's result in one statement: runtime state (under the version check),
+ * projection and history entry. It is queued (sent with the COMMIT), so nothing reads
+ * its answer: a version that does not match, which cannot happen under the row lock
+ * taken by sql_dedup_and_lock, fails the statement instead (a text that is no integer;
+ * the subquery is only evaluated then) and the transaction with it. */
 static const char *const sql_run_persist =
     "WITH rs AS (UPDATE strand.runtime_states SET state_version = state_version + 1,"
     "   snapshot = $3::jsonb, waiting_kind = $4, waiting_token = $5,"
@@ -145,12 +149,12 @@ static const char *const sql_run_persist =
     "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
     " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
     "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
-    "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)"
-    "   RETURNING parent_instance_id, parent_waiting_token),"
+    "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)),"
     " h AS (INSERT INTO strand.history (instance_id, kind, detail)"
     "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
-    " SELECT (SELECT count(*) FROM rs), (SELECT parent_instance_id FROM i),"
-    " (SELECT parent_waiting_token FROM i)";
+    " SELECT CASE WHEN (SELECT count(*) FROM rs) = 1 THEN 1 ELSE"
+    "   (SELECT 'runtime state of ' || $1 || ' changed under its lock (' || count(*)"
+    "    || ' rows at version ' || $2 || ')' FROM rs)::int END";
 static const char *const sql_history_insert =
     "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
 
@@ -162,7 +166,7 @@ static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char
     if (text == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not encode history");
     const char *params[] = {instance_id, kind, text};
-    st_err_t err = st_pg_exec(conn, sql_history_insert, 3, params, NULL, eb);
+    st_err_t err = st_pg_queue_bin(conn, sql_history_insert, 3, params, NULL, NULL, eb);
     free(text);
     return err;
 }
@@ -212,8 +216,8 @@ static json_t *event_from_signal(const st_signal_t *sig, const char *input_text)
 
 /* Writes the run's result: snapshot, projection, history, and its effects. */
 static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
-                           const char *old_version, const st_run_result_t *run,
-                           st_errbuf_t *eb)
+                           const char *old_version, const st_parent_t *parent,
+                           const st_run_result_t *run, st_errbuf_t *eb)
 {
     const json_t *waiting = json_object_get(run->snapshot, "waiting");
     const char *waiting_kind = json_string_value(json_object_get(waiting, "kind"));
@@ -242,29 +246,17 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     const char *params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
                             waiting_token, until[0] ? until : NULL, sig->signal_id, node_id,
                             status_name(run->status), output_text, error_text, detail_text};
-    PGresult *res = NULL;
     st_err_t err = detail_text == NULL
                        ? st_err_set(eb, ST_ERR_NOMEM, "could not encode history")
-                       : st_pg_exec(conn, sql_run_persist, 12, params, &res, eb);
+                       : st_pg_queue_bin(conn, sql_run_persist, 12, params, NULL, NULL, eb);
     free(snapshot);
     free(output_text);
     free(error_text);
     free(detail_text);
     if (err != ST_OK)
         return err;
-    if (atoi(PQgetvalue(res, 0, 0)) != 1) {   /* cannot happen under the row lock */
-        PQclear(res);
-        return st_err_set(eb, ST_ERR_CONFLICT, "runtime state of %s changed under its lock",
-                          sig->instance_id);
-    }
-    st_parent_t parent = {0};
-    if (!PQgetisnull(res, 0, 1)) {
-        snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(res, 0, 1));
-        snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s", PQgetvalue(res, 0, 2));
-    }
-    PQclear(res);
     return st_effects_apply_tx(conn, sig->instance_id, run->effects, run->status, run->snapshot,
-                               parent.instance_id[0] ? &parent : NULL, eb);
+                               parent, eb);
 }
 
 static const char *const sql_runtime_end =
@@ -574,7 +566,14 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         (err = st_globals_store_tx(conn, globals_decl, PQgetvalue(state, 0, 6), globals,
                                    json_object_get(run.snapshot, "state"), eb)) != ST_OK)
         goto fail;
-    if ((err = persist_tx(conn, sig, node_id, version, &run, eb)) != ST_OK)
+    st_parent_t parent = {0};
+    if (!PQgetisnull(state, 0, 8)) {
+        snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(state, 0, 8));
+        snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s",
+                 PQgetvalue(state, 0, 9));
+    }
+    if ((err = persist_tx(conn, sig, node_id, version, parent.instance_id[0] ? &parent : NULL,
+                          &run, eb)) != ST_OK)
         goto fail;
     if (strcmp(st_defn_kind(defn), "process") == 0 &&
         (err = process_history_tx(conn, sig, &run, eb)) != ST_OK)

@@ -1,7 +1,8 @@
 /*
  * test_pg - the PostgreSQL adapter against the real server: prepared statements are
  * made the second time a text is sent on a session, survive nothing they should not
- * (a reset session, DISCARD ALL), and can be turned off.
+ * (a reset session, DISCARD ALL), and can be turned off; a transaction's BEGIN and
+ * queued statements ride along with its next statement or COMMIT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,115 @@ static void test_begin_with_first_statement(void)
     PQfinish(conn);
 }
 
+/* The number in `sql`'s one-row, one-column answer, or -1. */
+static long count_of(PGconn *conn, const char *sql)
+{
+    PGresult *res = NULL;
+    st_errbuf_t eb;
+    long n = st_pg_exec(conn, sql, 0, NULL, &res, &eb) == ST_OK ? atol(PQgetvalue(res, 0, 0)) : -1;
+    PQclear(res);
+    return n;
+}
+
+/* Queued statements go out with the transaction's next statement or its COMMIT, in
+ * order, and their errors abort the transaction; st_pg_exec_commit() runs the last
+ * statement and the COMMIT in one round trip. */
+static void test_queued_statements(void)
+{
+    st_pg_set_prepared(1);
+    PGconn *conn = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    PQclear(PQexec(conn, "CREATE TEMP TABLE q (v int PRIMARY KEY, b bytea)"));
+    static const char *const sql_insert = "INSERT INTO q (v, b) VALUES ($1::int, $2)";
+    static const char *const sql_count = "SELECT count(*) FROM q";
+    static const char *const sql_sum = "SELECT coalesce(sum(length(b)), 0) FROM q";
+    int formats[] = {0, 1};
+    int lengths[] = {0, 3};
+    /* Five rounds, two queued inserts of one text each: first sighting as text, then
+     * PREPAREd inside a pipeline, then by name; the parameters are copied (the buffer is
+     * overwritten before the commit), binary ones with their length. */
+    for (int round = 0; round < 5; round++) {
+        char a[8], b[8], bytes[3] = {'x', '\0', 'y'};
+        snprintf(a, sizeof a, "%d", 2 * round);
+        snprintf(b, sizeof b, "%d", 2 * round + 1);
+        const char *first[] = {a, bytes}, *second[] = {b, bytes};
+        CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+        CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, first, lengths, formats, &eb), ST_OK);
+        CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, second, lengths, formats, &eb), ST_OK);
+        snprintf(a, sizeof a, "999");
+        CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);   /* nothing sent yet */
+        CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
+        CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    }
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
+    CU_ASSERT_EQUAL(count_of(conn, sql_sum), 30);
+    CU_ASSERT_EQUAL(count_of(conn, "SELECT count(*) FROM q WHERE v = 999"), 0);
+    /* the next statement of the transaction sees the queued rows; a rollback drops them */
+    const char *p10[] = {"10", NULL};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p10, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_INTRANS);
+    st_pg_rollback(conn);
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
+    /* a failing queued statement fails the commit and takes the good ones with it */
+    const char *dup[] = {"0", NULL};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p10, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, dup, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_ERR_DUPLICATE);
+    st_pg_rollback(conn);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
+    /* a statement whose PREPARE sat behind that failure in the pipeline was never
+     * prepared: it runs later all the same */
+    static const char *const sql_max = "SELECT max(v) FROM q WHERE v < $1::int";
+    const char *lim[] = {"100"};
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_max, 1, lim, NULL, &eb), ST_OK);   /* first: text */
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, dup, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_max, 1, lim, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_ERR_DUPLICATE);
+    st_pg_rollback(conn);
+    PGresult *res = NULL;
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_max, 1, lim, &res, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(res ? PQgetvalue(res, 0, 0) : "", "9");
+    PQclear(res);
+    /* st_pg_exec_commit: queued rows, the statement and the COMMIT in one round trip */
+    const char *p11[] = {"11", NULL};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p11, NULL, NULL, &eb), ST_OK);
+    res = NULL;
+    CU_ASSERT_EQUAL(st_pg_exec_commit(conn, sql_count, 0, NULL, &res, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(res ? PQgetvalue(res, 0, 0) : "", "11");
+    PQclear(res);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    st_pg_rollback(conn);   /* callers always end with it: a no-op after the commit */
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    /* ...and when its statement fails, nothing is committed */
+    const char *p12[] = {"12", NULL};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p12, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_exec_commit(conn, "SELECT 1 / 0", 0, NULL, NULL, &eb), ST_ERR_INVALID);
+    st_pg_rollback(conn);
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    /* without st_pg_begin() a queued statement runs at once */
+    const char *p13[] = {"13", NULL};
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p13, NULL, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 12);
+    /* a queue left behind when the session ends does not follow the PGconn */
+    const char *p14[] = {"14", NULL};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p14, NULL, NULL, &eb), ST_OK);
+    PQreset(conn);
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    PQclear(PQexec(conn, "CREATE TEMP TABLE q (v int PRIMARY KEY, b bytea)"));
+    CU_ASSERT_EQUAL(count_of(conn, sql_count), 0);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    PQfinish(conn);
+}
+
 int main(void)
 {
     if (!it_init("test_pg"))
@@ -168,6 +278,7 @@ int main(void)
         {"a statement is prepared the second time it is sent", test_prepared_on_second_use},
         {"STRAND_PG_PREPARED=0 prepares nothing", test_prepared_off},
         {"BEGIN goes out with the first statement", test_begin_with_first_statement},
+        {"queued statements go out with the next one or the COMMIT", test_queued_statements},
     };
     return it_run_suite("pg", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -70,14 +70,15 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb)
 {
-    /* One round trip: the insert and the notification (delivered at commit). */
+    /* The insert and the notification (delivered at commit) in one statement, queued:
+     * it goes out with the transaction's next statement or its COMMIT. */
     static const char *const sql_outbox_insert =
         "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
         " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')";
     const char *params[] = {topic, key, payload};
     int lengths[] = {0, 0, (int)len};
     int formats[] = {0, 0, 1};
-    return st_pg_exec_bin(conn, sql_outbox_insert, 3, params, lengths, formats, NULL, eb);
+    return st_pg_queue_bin(conn, sql_outbox_insert, 3, params, lengths, formats, eb);
 }
 
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)

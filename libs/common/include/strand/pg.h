@@ -45,8 +45,23 @@ st_err_t st_pg_exec_format(PGconn *conn, const char *sql, int nparams,
  * statement (one round trip for both), so every statement of the transaction must go
  * through st_pg_exec*() on this thread, never through libpq directly. */
 st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb);
-/* Commits (sends nothing when no statement ran since st_pg_begin()). */
+/* Queues a statement of the open transaction whose result nobody reads (an INSERT of
+ * an outbox row, say): it is sent in one round trip with the transaction's next
+ * statement or its COMMIT, and its error is returned by that call (the transaction is
+ * then aborted, as with any failed statement). Parameters as in st_pg_exec_bin(); they
+ * are copied. Without a transaction opened by st_pg_begin() on this thread it runs at
+ * once. */
+st_err_t st_pg_queue_bin(PGconn *conn, const char *sql, int nparams,
+                         const char *const *params, const int *lengths, const int *formats,
+                         st_errbuf_t *eb);
+/* Commits (sends nothing when no statement ran or was queued since st_pg_begin()). */
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb);
+/* The transaction's last statement and its COMMIT in one round trip (after a pending
+ * BEGIN and queued statements). On success the transaction is committed and `res`
+ * (if not NULL) receives the statement's result; on failure nothing is committed and
+ * the caller still calls st_pg_rollback(). */
+st_err_t st_pg_exec_commit(PGconn *conn, const char *sql, int nparams,
+                           const char *const *params, PGresult **res, st_errbuf_t *eb);
 /* Rolls back if a transaction is open; never fails (a lost connection is noticed by
  * the next statement). */
 void st_pg_rollback(PGconn *conn);
