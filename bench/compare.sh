@@ -2,7 +2,7 @@
 # Runs strand-bench W1-W4, the peer engines' W1/W2 (Restate, DBOS) on the same machine
 # in the same run, and the cost curves; writes the results into docs/benchmarks.md.
 #
-#   bench/compare.sh            full run (about 20 minutes on 2 cores)
+#   bench/compare.sh            full run (about 10 minutes on 2 cores)
 #   bench/compare.sh --quick    small N everywhere (a smoke run; does not touch the doc
 #                               unless STRAND_BENCH_WRITE_DOC=1)
 #
