@@ -26,19 +26,26 @@ static long prepared_count(PGconn *conn)
     return n;
 }
 
-/* Runs the probe with `v` and returns its answer, or -1. */
-static long probe(PGconn *conn, const char *v)
+/* The number in the one-row, one-column answer of `sql` run through st_pg_exec(), or
+ * -1 (the error is printed). */
+static long number_of(PGconn *conn, const char *sql, int nparams, const char *const *params)
 {
-    const char *params[] = {v};
     PGresult *res = NULL;
     st_errbuf_t eb;
-    if (st_pg_exec(conn, sql_probe, 1, params, &res, &eb) != ST_OK) {
-        fprintf(stderr, "probe: %s\n", eb.msg);
+    if (st_pg_exec(conn, sql, nparams, params, &res, &eb) != ST_OK) {
+        fprintf(stderr, "%s: %s\n", sql, eb.msg);
         return -1;
     }
     long n = atol(PQgetvalue(res, 0, 0));
     PQclear(res);
     return n;
+}
+
+/* Runs the probe with `v` and returns its answer, or -1. */
+static long probe(PGconn *conn, const char *v)
+{
+    const char *params[] = {v};
+    return number_of(conn, sql_probe, 1, params);
 }
 
 static void test_prepared_on_second_use(void)
@@ -161,16 +168,6 @@ static void test_begin_with_first_statement(void)
     PQfinish(conn);
 }
 
-/* The number in `sql`'s one-row, one-column answer, or -1. */
-static long count_of(PGconn *conn, const char *sql)
-{
-    PGresult *res = NULL;
-    st_errbuf_t eb;
-    long n = st_pg_exec(conn, sql, 0, NULL, &res, &eb) == ST_OK ? atol(PQgetvalue(res, 0, 0)) : -1;
-    PQclear(res);
-    return n;
-}
-
 /* Queued statements go out with the transaction's next statement or its COMMIT, in
  * order, and their errors abort the transaction; st_pg_exec_commit() runs the last
  * statement and the COMMIT in one round trip. */
@@ -202,17 +199,17 @@ static void test_queued_statements(void)
         CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_OK);
         CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
     }
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
-    CU_ASSERT_EQUAL(count_of(conn, sql_sum), 30);
-    CU_ASSERT_EQUAL(count_of(conn, "SELECT count(*) FROM q WHERE v = 999"), 0);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 10);
+    CU_ASSERT_EQUAL(number_of(conn, sql_sum, 0, NULL), 30);
+    CU_ASSERT_EQUAL(number_of(conn, "SELECT count(*) FROM q WHERE v = 999", 0, NULL), 0);
     /* the next statement of the transaction sees the queued rows; a rollback drops them */
     const char *p10[] = {"10", NULL};
     CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
     CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p10, NULL, NULL, &eb), ST_OK);
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 11);
     CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_INTRANS);
     st_pg_rollback(conn);
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 10);
     /* a failing queued statement fails the commit and takes the good ones with it */
     const char *dup[] = {"0", NULL};
     CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
@@ -221,7 +218,7 @@ static void test_queued_statements(void)
     CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_ERR_DUPLICATE);
     st_pg_rollback(conn);
     CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 10);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 10);
     /* a statement whose PREPARE sat behind that failure in the pipeline was never
      * prepared: it runs later all the same */
     static const char *const sql_max = "SELECT max(v) FROM q WHERE v < $1::int";
@@ -246,18 +243,18 @@ static void test_queued_statements(void)
     PQclear(res);
     CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
     st_pg_rollback(conn);   /* callers always end with it: a no-op after the commit */
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 11);
     /* ...and when its statement fails, nothing is committed */
     const char *p12[] = {"12", NULL};
     CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
     CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p12, NULL, NULL, &eb), ST_OK);
     CU_ASSERT_EQUAL(st_pg_exec_commit(conn, "SELECT 1 / 0", 0, NULL, NULL, &eb), ST_ERR_INVALID);
     st_pg_rollback(conn);
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 11);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 11);
     /* without st_pg_begin() a queued statement runs at once */
     const char *p13[] = {"13", NULL};
     CU_ASSERT_EQUAL(st_pg_queue_bin(conn, sql_insert, 2, p13, NULL, NULL, &eb), ST_OK);
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 12);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 12);
     /* a queue left behind when the session ends does not follow the PGconn */
     const char *p14[] = {"14", NULL};
     CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
@@ -265,7 +262,7 @@ static void test_queued_statements(void)
     PQreset(conn);
     CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     PQclear(PQexec(conn, "CREATE TEMP TABLE q (v int PRIMARY KEY, b bytea)"));
-    CU_ASSERT_EQUAL(count_of(conn, sql_count), 0);
+    CU_ASSERT_EQUAL(number_of(conn, sql_count, 0, NULL), 0);
     CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
     PQfinish(conn);
 }

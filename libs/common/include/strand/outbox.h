@@ -25,7 +25,9 @@
 
 /* Appends one message for `topic` (a suffix such as ST_TOPIC_SIGNALS) with partition
  * `key` (may be NULL). Expects the caller to hold an open transaction on `conn`; the
- * relay is notified when it commits. `payload` is copied. */
+ * insert is queued (st_pg_queue_bin()), so it goes out with the transaction's next
+ * statement or its COMMIT and an error in it is reported there. The relay is notified
+ * when it commits. `payload` is copied. */
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb);
 
