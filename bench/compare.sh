@@ -106,6 +106,34 @@ sb() { # strand-bench args...; appends its JSON lines
     log "strand-bench $* did not complete every instance (see the table)"
 }
 
+# ---- CPU accounting: what one timed W1 round cost the machine ----------------------
+# Busy time of the whole machine from /proc/stat (the engine, its database or broker
+# and the client: everything that ran), and the shares of PostgreSQL, the Kafka broker
+# and the Strand services from /proc/<pid>/stat (a process's own time plus that of its
+# children it reaped, so PostgreSQL backends that exit are counted too).
+hz=$(getconf CLK_TCK)
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+proc_ticks() { # pid... -> utime + stime + cutime + cstime, summed
+  local t=0 p v
+  for p in "$@"; do
+    v=$(sed -E 's/^.*\) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13 + $14 + $15}')
+    t=$((t + ${v:-0}))
+  done
+  echo $t
+}
+pg_ticks() {
+  local pm
+  pm=$(head -n1 "$stack_dir/postgres/postmaster.pid" 2>/dev/null)
+  if [ -n "$pm" ]; then proc_ticks "$pm" $(pgrep -P "$pm"); else echo 0; fi
+}
+kafka_ticks() { proc_ticks $(cat "$stack_dir/kafka.pid" 2>/dev/null); }
+strand_ticks() { proc_ticks "${pid[@]}"; }
+cpu_begin() { c_m=$(machine_ticks) c_pg=$(pg_ticks) c_k=$(kafka_ticks) c_s=$(strand_ticks); }
+cpu_end() { # engine: appends the round's CPU seconds
+  python3 -c 'import json, sys; hz = float(sys.argv[2]); v = [int(x) / hz for x in sys.argv[3:]]; print(json.dumps({"cpu_round": sys.argv[1], "machine_s": v[0], "postgres_s": v[1], "kafka_s": v[2], "strand_s": v[3]}))' \
+    "$1" "$hz" $(($(machine_ticks) - c_m)) $(($(pg_ticks) - c_pg)) $(($(kafka_ticks) - c_k)) $(($(strand_ticks) - c_s)) >>"$results"
+}
+
 t_start=$(date -u +%FT%TZ)
 meta started "\"$t_start\""
 meta commit "\"$(git describe --always --dirty 2>/dev/null || echo unknown)\""
@@ -133,7 +161,9 @@ sb --workload w1 --n "$WARM" --label warmup --timeout 600
 drain
 for round in $(seq 1 "$ROUNDS"); do
   # the first round also measures the tables' growth per instance
+  cpu_begin
   sb --workload w1 --n "$N1" $([ "$round" = 1 ] && echo --storage) --label main --timeout 600
+  cpu_end strand
   drain
 done
 meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
@@ -189,9 +219,11 @@ EOF
       [ $run = w2 ] && w=w2 n=$N2
       log "restate $w n=$n ($label)"
       load1
+      cpu_begin
       RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
         timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
         >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
+      [ $w = w1 ] && [ $label = main ] && cpu_end restate
     done
     echo "{\"meta\":\"restate_rss_kb\",\"value\":$(rss_kb $spid)}" >>"$results"
   else
@@ -218,8 +250,10 @@ run_dbos() {
     [ $run = w2 ] && w=w2 n=$N2 variant=--async
     log "dbos $w n=$n $variant ($label)"
     load1
+    cpu_begin
     timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
       >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
+    [ $w = w1 ] && [ $label = main ] && cpu_end dbos
   done
 }
 run_restate

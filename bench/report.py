@@ -87,6 +87,38 @@ def main():
         out.append(f"W4's start -> task listed (`GET /v1/tasks?instance_id=`, polled every 2 ms): "
                    f"p50 {w4['task_visible_p50_ms']:.1f} ms, p99 {w4['task_visible_p99_ms']:.1f} ms.")
         out.append("")
+    # CPU per W1 instance: the i-th cpu_round line of an engine belongs to its i-th
+    # timed W1 round (bench/compare.sh writes them in that order).
+    cpu_rounds = {}
+    for r in rows:
+        if "cpu_round" in r:
+            cpu_rounds.setdefault(r["cpu_round"], []).append(r)
+    w1_rounds = {}
+    for r in runs:
+        if r.get("label") == "main" and r["workload"] == "w1":
+            w1_rounds.setdefault(r["engine"], []).append(r)
+    if cpu_rounds:
+        def per_instance(engine, key):
+            vals = sorted(c[key] * 1000 / r["completed"]
+                          for c, r in zip(cpu_rounds.get(engine, []), w1_rounds.get(engine, []))
+                          if r["completed"] > 0)
+            if not vals:
+                return "-"
+            median = vals[(len(vals) - 1) // 2]
+            spread = f" ({vals[0]:.2f}-{vals[-1]:.2f})" if len(vals) > 1 else ""
+            return f"{median:.2f}{spread}"
+        out += ["CPU per W1 instance, in milliseconds (median round, and the range over the rounds): "
+                "the whole machine's busy time during a round divided by the instances it completed "
+                "(engine, database or broker, and client alike), and the part of it spent in "
+                "PostgreSQL, in the Kafka broker and in the Strand services. A peer's PostgreSQL or "
+                "Kafka time is the idle stack's (DBOS keeps its state in the same PostgreSQL).", "",
+                "| engine | machine | PostgreSQL | Kafka broker | Strand services |",
+                "|---|---|---|---|---|"]
+        for engine in sorted(cpu_rounds, key=lambda e: order.get(e, 9)):
+            out.append(f"| {engine} | {per_instance(engine, 'machine_s')} | "
+                       f"{per_instance(engine, 'postgres_s')} | {per_instance(engine, 'kafka_s')} | "
+                       f"{per_instance(engine, 'strand_s')} |")
+        out.append("")
     out.append("Peers: " + "; ".join(
         f"{k}: {v['status']} ({v['detail']})" for k, v in sorted(peers.items())) + ".")
     out.append("")
