@@ -21,9 +21,10 @@
  *   fill  adds N waiting instances by copying the rows of one real waiting instance
  *         (instances, runtime_states, history) in SQL: in-flight load for cost curves.
  *
- * W1 and W2 are closed loop: each client thread waits for its instance to end (long
- * poll of GET /v1/instances/{id}) before its next request, as the peers' request/response
- * calls do; --open sends as fast as the API accepts (the executor's backlog then adds
+ * W1 and W2 are closed loop: each client thread waits for its instance to end before its
+ * next request, as the peers' request/response calls do (W1: the start itself waits,
+ * POST /v1/instances?wait_ms=, then GET's long poll if it has not ended; W2: long poll
+ * of GET /v1/instances/{id}); --open sends as fast as the API accepts (the executor's backlog then adds
  * to the latency). --api takes several API replicas, comma-separated: client thread i talks to the
  * (i mod count)-th. Every run is bounded by --timeout (default 300 s): unfinished instances are counted,
  * not waited for. Clocks: client times are CLOCK_REALTIME on the same machine as
@@ -341,19 +342,31 @@ static int import_def(const char *doc)
 
 /* ---- workers ------------------------------------------------------------------- */
 
-static int start_instance(CURL *c, const char *def, int i, char id[40])
+/* True for a status after which an instance does not run again. */
+static int status_ended(const char *status)
+{
+    return status != NULL && strcmp(status, "pending") != 0 && strcmp(status, "waiting") != 0 &&
+           strcmp(status, "running") != 0;
+}
+
+/* Starts instance `i` of `def`. With `wait`, the start waits for the first wake-up
+ * (POST /v1/instances?wait_ms=); *ended and *version tell what the answer showed. */
+static int start_instance(CURL *c, const char *def, int i, int wait, char id[40], int *ended,
+                          long long *version)
 {
     char body[256];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"i\":%d},\"business_ref\":\"%s\"}",
              def, i, g_tag);
     json_t *out = NULL;
-    long st = http(c, "POST", "/v1/instances", body, &out);
+    long st = http(c, "POST", wait ? "/v1/instances?wait_ms=5000" : "/v1/instances", body, &out);
     const char *v = json_string_value(json_object_get(out, "id"));
     int ok = st == 201 && v != NULL;
     if (ok)
         snprintf(id, 40, "%s", v);
     else
         fprintf(stderr, "strand-bench: start answered %ld\n", st);
+    *ended = status_ended(json_string_value(json_object_get(out, "status")));
+    *version = json_integer_value(json_object_get(out, "state_version"));
     json_decref(out);
     return ok;
 }
@@ -361,20 +374,17 @@ static int start_instance(CURL *c, const char *def, int i, char id[40])
 static const char *g_start_def;
 static int g_open; /* --open: do not wait for completion before the next request */
 
-/* Closed loop: long-polls GET /v1/instances/{id} until the instance has ended (or the
- * deadline), so that a client has one instance in flight at a time, as the peers'
- * request/response calls do. */
-static void wait_done(CURL *c, const char *id)
+/* Closed loop: long-polls GET /v1/instances/{id} from state_version `after` until the
+ * instance has ended (or the deadline), so that a client has one instance in flight at
+ * a time, as the peers' request/response calls do. */
+static void wait_done(CURL *c, const char *id, long long after)
 {
-    long long after = 0;   /* a started instance is at state_version 0 */
     while (now_ms() < g_deadline_ms) {
         char path[192];
         snprintf(path, sizeof path, "/v1/instances/%s?wait_ms=5000&after_version=%lld", id, after);
         json_t *out = NULL;
         long st = http(c, "GET", path, NULL, &out);
-        const char *status = json_string_value(json_object_get(out, "status"));
-        int ended = status != NULL && strcmp(status, "pending") != 0 && strcmp(status, "waiting") != 0 &&
-                    strcmp(status, "running") != 0;
+        int ended = status_ended(json_string_value(json_object_get(out, "status")));
         after = json_integer_value(json_object_get(out, "state_version"));
         json_decref(out);
         if (st != 200 || ended)
@@ -389,10 +399,12 @@ static void *starter(void *arg)
     int i;
     while ((i = take_index()) >= 0) {
         double t = now_ms();
-        if (start_instance(c, g_start_def, i, g_items[i].id)) {
+        int closed = !g_open && strcmp(g_start_def, "bench_w1") == 0, ended;
+        long long version;
+        if (start_instance(c, g_start_def, i, closed, g_items[i].id, &ended, &version)) {
             g_items[i].t_send = t;
-            if (!g_open && strcmp(g_start_def, "bench_w1") == 0)
-                wait_done(c, g_items[i].id);
+            if (closed && !ended)
+                wait_done(c, g_items[i].id, version);
         }
     }
     curl_easy_cleanup(c);
@@ -414,7 +426,7 @@ static void *signaller(void *arg)
         if (st == 202) {
             g_items[i].t_send = t;
             if (!g_open)
-                wait_done(c, g_items[i].id);
+                wait_done(c, g_items[i].id, 0);
         } else
             fprintf(stderr, "strand-bench: signal answered %ld\n", st);
     }
@@ -432,7 +444,9 @@ static void *human(void *arg)
     while ((i = take_index()) >= 0) {
         char id[40];
         double t0 = now_ms();
-        if (!start_instance(c, "bench_w4", i, id))
+        int ended;
+        long long version;
+        if (!start_instance(c, "bench_w4", i, 0, id, &ended, &version))
             continue;
         snprintf(g_items[i].id, sizeof g_items[i].id, "%s", id);
         char path[160], task[40] = "";
@@ -652,7 +666,9 @@ static int fill(void)
         return 1;
     CURL *c = curl_easy_init();
     char seed[40];
-    int ok = start_instance(c, "bench_w2", 0, seed);
+    int ended;
+    long long version;
+    int ok = start_instance(c, "bench_w2", 0, 0, seed, &ended, &version);
     curl_easy_cleanup(c);
     if (!ok || wait_status("waiting", 1) < 1) {
         fprintf(stderr, "strand-bench: the seed instance did not reach waiting\n");

@@ -30,6 +30,7 @@ typedef struct st_job {
     st_principal_t who;
     char *id, *name;      /* owned; may be NULL */
     json_t *args;         /* owned */
+    st_command_then_t then;   /* fn NULL: answer directly */
     st_answer_t answer;
 } st_job_t;
 
@@ -80,7 +81,10 @@ static void job_run(st_job_t *job, PGconn **conn, const char *dsn)
 /* Answers on the loop thread (or after it stopped, at free) and frees the job. */
 static void job_answer(st_job_t *job)
 {
-    st_api_reply(job->req, &job->answer);
+    if (job->then.fn != NULL)
+        job->then.fn(job->req, &job->answer, job->then.ctx);
+    else
+        st_api_reply(job->req, &job->answer);
     st_answer_close(&job->answer);
     json_decref(job->args);
     free(job->id);
@@ -177,7 +181,7 @@ st_err_t st_command_pool_new(void *base, const char *pg_dsn, int nworkers,
 
 void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_fn cmd,
                             st_named_cmd_fn named, const st_principal_t *who, const char *id,
-                            const char *name, json_t *args)
+                            const char *name, json_t *args, const st_command_then_t *then)
 {
     st_job_t *job = calloc(1, sizeof *job);
     if (job == NULL)
@@ -189,6 +193,8 @@ void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_
     job->id = id ? strdup(id) : NULL;
     job->name = name ? strdup(name) : NULL;
     job->args = args;
+    if (then != NULL)
+        job->then = *then;
     pthread_mutex_lock(&pool->mu);
     list_push(&pool->queued, job);
     pthread_cond_signal(&pool->work);
@@ -210,6 +216,8 @@ void st_command_pool_free(st_command_pool_t *pool)
     st_job_t *done = list_take_all(&pool->done);
     while (done != NULL) {
         st_job_t *next = done->next;
+        free(done->then.ctx);   /* no waiting any more: the answer as it is */
+        done->then.fn = NULL;
         job_answer(done);
         done = next;
     }

@@ -27,12 +27,23 @@ typedef void (*st_named_cmd_fn)(PGconn *conn, const st_principal_t *who, const c
 st_err_t st_command_pool_new(void *base, const char *pg_dsn, int nworkers,
                              st_command_pool_t **out, st_errbuf_t *eb);
 
+/* What the loop thread does with a finished command's answer instead of sending it:
+ * `fn` is handed the deferred request (it must answer it, now or later) and the answer
+ * (borrowed: closed after `fn` returns; st_api_reply() may take its body), and frees
+ * `ctx` (malloc'd; freed with free() instead when the pool shuts down first, and the
+ * answer is then sent as it is). */
+typedef struct {
+    void (*fn)(st_http_req_t *req, st_answer_t *answer, void *ctx);
+    void *ctx;
+} st_command_then_t;
+
 /* Queues `cmd` (or `named` with `name`, when `cmd` is NULL) for a worker and defers
- * `req`, which is answered later on the loop thread. Copies `who`, `id` and `name`;
- * takes ownership of `args`. Call on the loop thread only. */
+ * `req`, which is answered later on the loop thread: with the command's answer, or by
+ * `then` (NULL: answer directly). Copies `who`, `id`, `name` and `then`; takes
+ * ownership of `args`. Call on the loop thread only. */
 void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_fn cmd,
                             st_named_cmd_fn named, const st_principal_t *who, const char *id,
-                            const char *name, json_t *args);
+                            const char *name, json_t *args, const st_command_then_t *then);
 
 /* Lets the workers finish every queued command, joins them, answers what is left and
  * frees the pool. NULL is a no-op. */

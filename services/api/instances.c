@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "strand/engine.h"
+#include "command_pool.h"
 #include "wait_loop.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
@@ -215,27 +216,42 @@ int st_api_instance_view(st_api_t *api, const char *instance_id, long long after
     return out->status != 200 || after_version < 0 || view_moved(out, after_version);
 }
 
+/* The wait_ms query parameter of a long poll (0 when absent). Answers 400 in `out`
+ * and returns 0 unless it is an integer from 0 to 60000. */
+static int wait_param(st_http_req_t *req, int *wait_ms, st_answer_t *out)
+{
+    const char *text = st_http_query(req, "wait_ms");
+    *wait_ms = 0;
+    if (text == NULL)
+        return 1;
+    size_t len = strlen(text);
+    if (len >= 1 && len <= 5 && strspn(text, "0123456789") == len && atoi(text) <= 60000) {
+        *wait_ms = atoi(text);
+        return 1;
+    }
+    st_answer_problem(out, 400, "invalid_wait", "wait_ms must be an integer from 0 to 60000",
+                      "/wait_ms", NULL);
+    return 0;
+}
+
 /* GET /v1/instances/{id}[?wait_ms=N&after_version=V]: with wait_ms, a long poll that
  * answers once state_version > V (default: the current one) or the instance ended. */
 static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *id = st_http_param(req, "id");
-    const char *wait_text = st_http_query(req, "wait_ms");
     const char *after_text = st_http_query(req, "after_version");
     st_answer_t answer = {0};
-    int wait_ms = wait_text ? atoi(wait_text) : 0;
+    int wait_ms = 0;
     if (!st_uuid_valid(id)) {
         st_answer_problem(&answer, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
-    } else if (wait_ms < 0 || wait_ms > 60000) {
-        st_answer_problem(&answer, 400, "invalid_wait", "wait_ms must be from 0 to 60000", "/wait_ms", NULL);
-    } else {
+    } else if (wait_param(req, &wait_ms, &answer)) {
         st_api_instance_view(api, id, -1, &answer);
         long long version = json_integer_value(json_object_get(answer.body, "state_version"));
         long long after = after_text ? atoll(after_text) : version;
         if (wait_ms > 0 && answer.status == 200 && !view_moved(&answer, after)) {
             st_answer_close(&answer);
-            st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms);
+            st_waiters_park(api->waiters, st_http_defer(req), id, after, wait_ms, 200);
             return;
         }
     }
@@ -576,11 +592,73 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
     st_api_reply(req, &answer);
 }
 
+/* A start that waits (POST /v1/instances?wait_ms=N): the loop thread's part. */
+typedef struct {
+    st_api_t *api;
+    int wait_ms;
+    unsigned long long mark;   /* hints received before the command ran */
+} start_wait_t;
+
+/* Answers a finished start once its first wake-up ran (state_version > 0) or it ended,
+ * or at wait_ms, with the start's own status (201; 200 for a retry). Errors, and a
+ * retried start that already moved, are answered at once. The view is only loaded
+ * here when a hint for the instance may have come while the start ran (its wake-up
+ * may be done); otherwise the request is parked and the hint loads it. */
+static void start_then_wait(st_http_req_t *req, st_answer_t *answer, void *ctx)
+{
+    start_wait_t *sw = ctx;
+    st_api_t *api = sw->api;
+    int status = answer->status;
+    const char *id = json_string_value(json_object_get(answer->body, "id"));
+    char instance_id[40] = "";
+    if ((status == 200 || status == 201) && id != NULL && !view_moved(answer, 0))
+        snprintf(instance_id, sizeof instance_id, "%s", id);
+    st_answer_t view = {0};
+    if (instance_id[0] == '\0') {
+        st_api_reply(req, answer);
+    } else if (st_waiters_hinted_since(api->waiters, instance_id, sw->mark) &&
+               st_api_instance_view(api, instance_id, 0, &view)) {
+        if (view.status == 200)
+            view.status = status;
+        st_api_reply(req, &view);
+    } else {
+        st_answer_close(&view);
+        st_waiters_park(api->waiters, req, instance_id, 0, sw->wait_ms, status);
+    }
+    free(sw);
+}
+
+/* POST /v1/instances[?wait_ms=N]: the start command, on the command pool; with wait_ms,
+ * the answer waits for the instance's first wake-up (as GET's long poll does). */
+static void handle_start(st_http_req_t *req, void *ctx)
+{
+    st_api_t *api = ctx;
+    st_answer_t answer = {0};
+    int wait_ms;
+    if (!wait_param(req, &wait_ms, &answer)) {
+        st_api_reply(req, &answer);
+        return;
+    }
+    json_t *args = st_http_body_object(req);
+    if (args == NULL)
+        return;
+    st_command_then_t then = {start_then_wait, NULL};
+    if (wait_ms > 0) {
+        start_wait_t *sw = malloc(sizeof *sw);
+        if (sw == NULL)
+            abort();
+        *sw = (start_wait_t){api, wait_ms, st_waiters_mark(api->waiters)};
+        then.ctx = sw;
+    }
+    st_command_pool_submit(api->pool, req, st_cmd_start, NULL, &api->current, NULL, NULL, args,
+                           wait_ms > 0 ? &then : NULL);
+}
+
 void st_api_instances_register(st_api_t *api)
 {
     st_http_route(api->svc->http, "GET", "/v1/instances/{id}/history", handle_history, api);
     st_http_route(api->svc->http, "GET", "/v1/instances/{id}/runtime", handle_runtime, api);
-    st_api_route_command(api, "/v1/instances", st_cmd_start);
+    st_http_route(api->svc->http, "POST", "/v1/instances", handle_start, api);
     st_http_route(api->svc->http, "GET", "/v1/instances", handle_list, api);
     st_http_route(api->svc->http, "GET", "/v1/instances/{id}", handle_get, api);
 }

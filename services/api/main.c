@@ -214,7 +214,7 @@ static void handle_command(st_http_req_t *req, void *ctx)
     if (args == NULL)
         return;
     st_command_pool_submit(route->api->pool, req, route->cmd, NULL, &route->api->current,
-                           st_http_param(req, "id"), NULL, args);
+                           st_http_param(req, "id"), NULL, args, NULL);
 }
 
 void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd)

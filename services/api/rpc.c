@@ -429,7 +429,7 @@ static void handle_rpc(st_http_req_t *req, void *ctx)
         return;
     /* On a worker thread: the call to the process's worker may take its whole timeout. */
     st_command_pool_submit(api->pool, req, NULL, st_cmd_rpc, &api->current,
-                           st_http_param(req, "id"), st_http_param(req, "name"), args);
+                           st_http_param(req, "id"), st_http_param(req, "name"), args, NULL);
 }
 
 void st_api_rpc_register(st_api_t *api)

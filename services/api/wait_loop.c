@@ -15,12 +15,14 @@
 #include "strand/pg.h"
 
 #define RECONNECT_S 5
+#define RECENT_HINTS 1024   /* instance ids of the last hints, for st_waiters_hinted_since() */
 
 typedef struct waiter {
     st_waiters_t *owner;
     st_http_req_t *req;
     char instance_id[40];
     long long after_version;
+    int status;           /* of the answer when the view loads (200; 201 for a start) */
     struct event *timer;
     struct waiter *next;
 } waiter_t;
@@ -34,6 +36,8 @@ struct st_waiters {
     int port;
     char channel[96];
     st_metric_t *m_woken, *m_timed_out;
+    unsigned long long hints_seen;
+    char recent[RECENT_HINTS][40];   /* ring: hint n is at n % RECENT_HINTS */
 };
 
 /* Unlinks and frees a waiter, answering its request with `view`, or with a freshly
@@ -52,6 +56,8 @@ static void finish(waiter_t *wt, st_answer_t *view)
         st_api_instance_view(w->api, wt->instance_id, -1, &answer);
         view = &answer;
     }
+    if (view->status == 200)
+        view->status = wt->status;
     st_api_reply(wt->req, view);
     free(wt);
 }
@@ -71,6 +77,7 @@ static void on_hint(redisAsyncContext *c, void *r, void *privdata)
         reply->element[2]->type != REDIS_REPLY_STRING)
         return;   /* the subscribe confirmation, or a disconnect */
     const char *id = reply->element[2]->str;
+    snprintf(w->recent[w->hints_seen++ % RECENT_HINTS], sizeof w->recent[0], "%s", id);
     waiter_t *wt = w->head;
     while (wt != NULL) {
         waiter_t *next = wt->next;
@@ -160,8 +167,24 @@ void st_waiters_free(st_waiters_t *w)
     free(w);
 }
 
+unsigned long long st_waiters_mark(const st_waiters_t *w)
+{
+    return w->hints_seen;
+}
+
+int st_waiters_hinted_since(const st_waiters_t *w, const char *instance_id,
+                            unsigned long long mark)
+{
+    if (w->hints_seen - mark > RECENT_HINTS)
+        return 1;   /* the ring went round: cannot tell */
+    for (unsigned long long n = mark; n < w->hints_seen; n++)
+        if (strcmp(w->recent[n % RECENT_HINTS], instance_id) == 0)
+            return 1;
+    return 0;
+}
+
 void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_id,
-                     long long after_version, int wait_ms)
+                     long long after_version, int wait_ms, int status)
 {
     waiter_t *wt = calloc(1, sizeof *wt);
     if (wt == NULL)
@@ -170,6 +193,7 @@ void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_i
     wt->req = req;
     snprintf(wt->instance_id, sizeof wt->instance_id, "%s", instance_id);
     wt->after_version = after_version;
+    wt->status = status;
     wt->timer = evtimer_new(w->api->svc->base, on_timeout, wt);
     struct timeval tv = {wait_ms / 1000, (wait_ms % 1000) * 1000};
     evtimer_add(wt->timer, &tv);

@@ -1,7 +1,8 @@
 /*
  * wait_loop.h - long polling on an instance: GET /v1/instances/{id}?wait_ms=N&
  * after_version=V answers as soon as the instance's state_version exceeds V or it has
- * ended, or after N ms with its current view. Wake-ups come from Redis hints
+ * ended, or after N ms with its current view; POST /v1/instances?wait_ms=N the same
+ * after the start, with V = 0. Wake-ups come from Redis hints
  * (channel <prefix>wake, published by the executor after commit); without Redis, or
  * while it is down, a parked request is answered at its timeout: slower, never wrong.
  */
@@ -18,9 +19,20 @@ st_waiters_t *st_waiters_new(st_api_t *api);
 void st_waiters_free(st_waiters_t *w);
 
 /* Parks a deferred request (from st_http_defer()) until the instance moves past
- * `after_version`, or `wait_ms` pass. Takes ownership of `req`. */
+ * `after_version`, or `wait_ms` pass; it is then answered with the instance's view
+ * and `status` (200; 201 for a start that waited). Takes ownership of `req`. The
+ * caller must have loaded the view after the last hint for the instance (see
+ * st_waiters_hinted_since()), or a hint that came before could be missed. */
 void st_waiters_park(st_waiters_t *w, st_http_req_t *req, const char *instance_id,
-                     long long after_version, int wait_ms);
+                     long long after_version, int wait_ms, int status);
+
+/* A position in the stream of hints received, for st_waiters_hinted_since(). */
+unsigned long long st_waiters_mark(const st_waiters_t *w);
+
+/* True if a hint for `instance_id` may have arrived since `mark` (also when too many
+ * hints arrived to tell). Loop thread only. */
+int st_waiters_hinted_since(const st_waiters_t *w, const char *instance_id,
+                            unsigned long long mark);
 
 /* Loads the instance's current view into `out` (200, or the error problem; the
  * caller closes or replies with it) and returns 1 when a long poll should answer

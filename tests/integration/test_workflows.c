@@ -335,6 +335,65 @@ static void test_long_poll_woken_by_hint(void)
     free(id);
 }
 
+/* A start that waits (POST /v1/instances?wait_ms=N) answers 201 once the first wake-up
+ * ran: with the finished instance for a flow without waits, with the waiting one
+ * otherwise, through the Redis hint, long before N. A bad wait_ms is refused before
+ * anything is started. */
+static void test_start_and_wait(void)
+{
+    char name[96], doc[512], body[256];
+    snprintf(name, sizeof name, "quick-%s", suffix);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"input.i + 1\"}},"
+             "{\"id\":\"c\",\"type\":\"complete\",\"output\":{\"x\":\"state.x\"}}]}", name);
+    import(doc);
+    for (int i = 0; i < 5; i++) {
+        snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"i\":%d}}", name, i);
+        json_t *answer = NULL;
+        double t0 = now_s();
+        CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances?wait_ms=20000", body, &answer), 201);
+        double waited = now_s() - t0;
+        CU_ASSERT_TRUE(waited < 10.0);   /* the hint, not the 20 s timeout */
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "status")) ?: "", "completed");
+        CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(answer, "output"), "x")), i + 1);
+        json_decref(answer);
+    }
+    /* a flow that waits for a task: answered with the waiting instance */
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"amount\":3}}", parent_name);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances?wait_ms=20000", body, &answer), 201);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "status")) ?: "", "waiting");
+    CU_ASSERT_TRUE(json_integer_value(json_object_get(answer, "state_version")) >= 1);
+    const char *id = json_string_value(json_object_get(answer, "id"));
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/terminate", id ? id : "none");
+    it_http(IT_API, "POST", path, "{}", NULL);
+    json_decref(answer);
+    /* wait_ms 0: the plain start, answered before the wake-up */
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"i\":9}}", name);
+    answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances?wait_ms=0", body, &answer), 201);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(answer, "state_version")), 0);
+    json_decref(answer);
+    /* refused, and nothing started */
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'", name);
+    long long before = it_sql_number(sql);
+    static const char *const bad[] = {"abc", "10abc", "-1", "60001", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char url[64];
+        snprintf(url, sizeof url, "/v1/instances?wait_ms=%s", bad[i]);
+        answer = NULL;
+        CU_ASSERT_EQUAL(it_http(IT_API, "POST", url, body, &answer), 400);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "invalid_wait");
+        json_decref(answer);
+    }
+    CU_ASSERT_EQUAL(it_sql_number(sql), before);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", "/v1/instances/00000000-0000-4000-8000-000000000000?wait_ms=5x",
+                            NULL, NULL), 400);
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -355,6 +414,7 @@ int main(void)
         {"cancel a waiting instance", test_cancel_waiting_instance},
         {"stale signals change nothing", test_stale_signals_change_nothing},
         {"long poll woken by a Redis hint", test_long_poll_woken_by_hint},
+        {"a start that waits for its first wake-up", test_start_and_wait},
         {"stop", test_stop},
     };
     return it_run_suite("workflows", cases, (int)(sizeof cases / sizeof cases[0]));
