@@ -113,6 +113,8 @@ sb() { # strand-bench args...; appends its JSON lines
 # children it reaped, so PostgreSQL backends that exit are counted too).
 hz=$(getconf CLK_TCK)
 machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# time the hypervisor gave this VM's CPUs to others (host contention slows everything)
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
 proc_ticks() { # pid... -> utime + stime + cutime + cstime, summed
   local t=0 p v
   for p in "$@"; do
@@ -128,10 +130,11 @@ pg_ticks() {
 }
 kafka_ticks() { proc_ticks $(cat "$stack_dir/kafka.pid" 2>/dev/null); }
 strand_ticks() { proc_ticks "${pid[@]}"; }
-cpu_begin() { c_m=$(machine_ticks) c_pg=$(pg_ticks) c_k=$(kafka_ticks) c_s=$(strand_ticks); }
+cpu_begin() { c_m=$(machine_ticks) c_st=$(steal_ticks) c_pg=$(pg_ticks) c_k=$(kafka_ticks) c_s=$(strand_ticks) c_t=$(date +%s.%N); }
 cpu_end() { # engine: appends the round's CPU seconds
-  python3 -c 'import json, sys; hz = float(sys.argv[2]); v = [int(x) / hz for x in sys.argv[3:]]; print(json.dumps({"cpu_round": sys.argv[1], "machine_s": v[0], "postgres_s": v[1], "kafka_s": v[2], "strand_s": v[3]}))' \
-    "$1" "$hz" $(($(machine_ticks) - c_m)) $(($(pg_ticks) - c_pg)) $(($(kafka_ticks) - c_k)) $(($(strand_ticks) - c_s)) >>"$results"
+  python3 -c 'import json, sys, time; hz = float(sys.argv[2]); wall = time.time() - float(sys.argv[3]); v = [int(x) / hz for x in sys.argv[4:]]; print(json.dumps({"cpu_round": sys.argv[1], "wall_s": wall, "machine_s": v[0], "postgres_s": v[1], "kafka_s": v[2], "strand_s": v[3], "steal_s": v[4]}))' \
+    "$1" "$hz" "$c_t" $(($(machine_ticks) - c_m)) $(($(pg_ticks) - c_pg)) \
+    $(($(kafka_ticks) - c_k)) $(($(strand_ticks) - c_s)) $(($(steal_ticks) - c_st)) >>"$results"
 }
 
 t_start=$(date -u +%FT%TZ)
@@ -140,6 +143,7 @@ meta commit "\"$(git describe --always --dirty 2>/dev/null || echo unknown)\""
 meta host "\"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\""
 meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 meta rounds "$ROUNDS"
+meta cores "$(nproc)"
 meta warmup_n "$WARM"
 meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
 

@@ -98,6 +98,8 @@ def main():
         if r.get("label") == "main" and r["workload"] == "w1":
             w1_rounds.setdefault(r["engine"], []).append(r)
     if cpu_rounds:
+        cores = int(meta.get("cores", 2))
+
         def per_instance(engine, key):
             vals = sorted(c[key] * 1000 / r["completed"]
                           for c, r in zip(cpu_rounds.get(engine, []), w1_rounds.get(engine, []))
@@ -111,13 +113,20 @@ def main():
                 "the whole machine's busy time during a round divided by the instances it completed "
                 "(engine, database or broker, and client alike), and the part of it spent in "
                 "PostgreSQL, in the Kafka broker and in the Strand services. A peer's PostgreSQL or "
-                "Kafka time is the idle stack's (DBOS keeps its state in the same PostgreSQL).", "",
-                "| engine | machine | PostgreSQL | Kafka broker | Strand services |",
-                "|---|---|---|---|---|"]
+                "Kafka time is the idle stack's (DBOS keeps its state in the same PostgreSQL). "
+                "Steal is the share of the round's CPU time the hypervisor gave to other guests "
+                "(this is a VM; host contention makes every process slower at once).", "",
+                "| engine | machine | PostgreSQL | Kafka broker | Strand services | steal per round |",
+                "|---|---|---|---|---|---|"]
+
+        def steal(engine):
+            shares = [c["steal_s"] / (c["wall_s"] * cores) * 100
+                      for c in cpu_rounds.get(engine, []) if c.get("wall_s") and "steal_s" in c]
+            return ", ".join(f"{x:.1f}%" for x in shares) if shares else "-"
         for engine in sorted(cpu_rounds, key=lambda e: order.get(e, 9)):
             out.append(f"| {engine} | {per_instance(engine, 'machine_s')} | "
                        f"{per_instance(engine, 'postgres_s')} | {per_instance(engine, 'kafka_s')} | "
-                       f"{per_instance(engine, 'strand_s')} |")
+                       f"{per_instance(engine, 'strand_s')} | {steal(engine)} |")
         out.append("")
     out.append("Peers: " + "; ".join(
         f"{k}: {v['status']} ({v['detail']})" for k, v in sorted(peers.items())) + ".")
