@@ -161,9 +161,9 @@ st_err_t st_timer_firing_start(st_service_t *svc, st_timer_firing_t **out, st_er
     }
     st_due_loop_config_t cfg = {"scheduler", ST_TIMER_CHANNEL, FIRE_BATCH, fire_due,
                                 next_wait_ms, f};
-    /* Nothing notifies its channel: it wakes on its own deadline only. */
-    st_due_loop_config_t hk = {"scheduler-housekeeping", "strand_timer_housekeeping", 1,
-                               housekeeping, housekeeping_wait_ms, f};
+    /* No channel: it wakes on its own deadline only. */
+    st_due_loop_config_t hk = {"scheduler-housekeeping", NULL, 1, housekeeping,
+                               housekeeping_wait_ms, f};
     st_err_t err = st_due_loop_start(svc, &cfg, &f->loop, eb);
     if (err == ST_OK && (err = st_due_loop_start(svc, &hk, &f->housekeeping_loop, eb)) != ST_OK)
         st_due_loop_stop(f->loop);

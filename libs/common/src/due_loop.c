@@ -39,9 +39,10 @@ static int connect_listen(st_due_loop_t *l)
     st_errbuf_t eb;
     char app[64], listen_sql[128];
     snprintf(app, sizeof app, "strand-%s", l->cfg.name);
-    snprintf(listen_sql, sizeof listen_sql, "LISTEN %s", l->cfg.channel);
+    snprintf(listen_sql, sizeof listen_sql, "LISTEN %s", l->cfg.channel ? l->cfg.channel : "");
     if (st_pg_connect(l->svc->cfg.pg_dsn, app, &l->conn, &eb) != ST_OK ||
-        st_pg_exec(l->conn, listen_sql, 0, NULL, NULL, &eb) != ST_OK) {
+        (l->cfg.channel != NULL &&
+         st_pg_exec(l->conn, listen_sql, 0, NULL, NULL, &eb) != ST_OK)) {
         st_log_warn("could not connect to PostgreSQL", "%s: %s", l->cfg.name, eb.msg);
         if (l->conn != NULL)
             PQfinish(l->conn);

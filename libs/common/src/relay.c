@@ -101,6 +101,15 @@ static void relay_pause(st_relay_t *r, int ms)
     poll(&pfd, 1, ms);
 }
 
+/* Marks Kafka reachable again if a metadata request gets through. Only asked while it
+ * is marked down (the error callback marks it down): a standby asks every second, and
+ * each ask is a request to the broker. */
+static void recheck_kafka(st_relay_t *r)
+{
+    if (!__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) && st_kafka_connected(r->producer))
+        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+}
+
 static void set_leader(st_relay_t *r, int leader)
 {
     __atomic_store_n(&r->leader, leader, __ATOMIC_RELEASE);
@@ -132,8 +141,7 @@ static int relay_connect(st_relay_t *r)
     if (st_pg_exec(r->conn, sql_keepalives, 0, NULL, NULL, &eb) != ST_OK)
         st_log_warn("relay could not set TCP keepalives", "%s", eb.msg);
     __atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
-    if (st_kafka_connected(r->producer))
-        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+    recheck_kafka(r);
     return 1;
 }
 
@@ -324,11 +332,9 @@ static void relay_wait(st_relay_t *r)
     }
     struct pollfd pfd[2] = {{.fd = PQsocket(r->conn), .events = POLLIN},
                             {.fd = r->stop_pipe[0], .events = POLLIN}};
-    int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
-    poll(pfd, 2, kafka_up ? SAFETY_WAIT_MS : 1000);
+    poll(pfd, 2, __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) ? SAFETY_WAIT_MS : 1000);
     rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
-    if (!kafka_up && st_kafka_connected(r->producer))
-        __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+    recheck_kafka(r);
     PQconsumeInput(r->conn);
     PGnotify *note;
     while ((note = PQnotifies(r->conn)) != NULL)
@@ -347,8 +353,8 @@ static void *relay_main(void *arg)
         }
         backoff_ms = 100;
         if (!__atomic_load_n(&r->leader, __ATOMIC_ACQUIRE)) {
-            if (st_kafka_connected(r->producer))
-                __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
+            rd_kafka_poll(r->producer, 0);   /* serve error callbacks (a standby produces nothing) */
+            recheck_kafka(r);
             int led = time(NULL) >= r->resigned_until ? relay_try_lead(r) : 0;
             if (led < 0) {
                 relay_disconnect(r);

@@ -18,7 +18,10 @@
 
 typedef struct {
     const char *name;        /* for logs and the application_name */
-    const char *channel;     /* NOTIFY channel that signals a new or earlier deadline */
+    /* NOTIFY channel that signals a new or earlier deadline; NULL: none, the loop wakes
+     * on its deadlines only (and, not listening, is not signalled by every notifying
+     * commit in the database, as PostgreSQL signals all listeners of a database). */
+    const char *channel;
     int batch;               /* rows per claim; a full batch means "go again" */
     /* Claims and handles due rows in its own transaction; returns how many, or -1 on a
      * database error (the loop reconnects if the connection is gone). */
