@@ -17,10 +17,11 @@
 # W1 is the throughput comparison, and one run of it on a 2-core machine moves by +-20%:
 # every engine first gets an untimed warm-up W1 (STRAND_BENCH_WARMUP_N instances: JIT
 # compilers, caches and connection pools warm), then STRAND_BENCH_ROUNDS timed W1 runs;
-# the doc reports each engine's median round and all the rounds' rates.
+# the doc reports each engine's median round and all the rounds' rates. Strand's and
+# Restate's timed rounds alternate, so that each pair meets the same machine.
 #
 # Environment: STRAND_BENCH_N_W1 (5000), _N_W2 (1000), _N_W3 (10000), _N_W4 (300),
-# STRAND_BENCH_ROUNDS (3), STRAND_BENCH_WARMUP_N (2000),
+# STRAND_BENCH_ROUNDS (5), STRAND_BENCH_WARMUP_N (2000),
 # STRAND_BENCH_CONCURRENCY (16), STRAND_BENCH_CURVE_N (2000: W1 size at each curve
 # point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
 # STRAND_BENCH_NOTE (a sentence for the doc, e.g. what else ran on the machine).
@@ -38,7 +39,7 @@ else
   N1=${STRAND_BENCH_N_W1:-5000} N2=${STRAND_BENCH_N_W2:-1000} N3=${STRAND_BENCH_N_W3:-10000}
   N4=${STRAND_BENCH_N_W4:-300} CN=${STRAND_BENCH_CURVE_N:-2000}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 10000 100000"} W3MS=20000
-  ROUNDS=${STRAND_BENCH_ROUNDS:-3} WARM=${STRAND_BENCH_WARMUP_N:-2000}
+  ROUNDS=${STRAND_BENCH_ROUNDS:-5} WARM=${STRAND_BENCH_WARMUP_N:-2000}
 fi
 C=${STRAND_BENCH_CONCURRENCY:-16}
 BUILD=${STRAND_BENCH_BUILD:-$repo/build}
@@ -161,23 +162,6 @@ drain() {
   done
   log "drain: still busy after 180 s"
 }
-sb --workload w1 --n "$WARM" --label warmup --timeout 600
-drain
-for round in $(seq 1 "$ROUNDS"); do
-  # the first round also measures the tables' growth per instance
-  cpu_begin
-  sb --workload w1 --n "$N1" $([ "$round" = 1 ] && echo --storage) --label main --timeout 600
-  cpu_end strand
-  drain
-done
-meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
-drain
-sb --workload w2 --n "$N2" --storage --label main --timeout 600
-drain
-sb --workload w4 --n "$N4" --storage --label main --timeout 600
-drain
-sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
-drain
 
 # ---- peers ------------------------------------------------------------------------
 peer_status() { echo "{\"peer\":\"$1\",\"status\":\"$2\",\"detail\":$(printf '%s' "$3" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$results"; }
@@ -185,7 +169,9 @@ if [ ! -x "$PEERS/restate/node_modules/.bin/restate-server" ] || [ ! -x "$PEERS/
   bench/peers/setup.sh >"$work/logs/peers-setup.log" 2>&1 || log "peer setup failed; see $work/logs/peers-setup.log"
 fi
 
-run_restate() {
+# Restate runs beside Strand during W1 so that their rounds can alternate (below).
+restate_ok=0 restate_spid="" restate_vpid=""
+restate_start() {
   local dir=$PEERS/restate rs=$work/restate
   local server=$dir/node_modules/.bin/restate-server
   [ -x "$server" ] || { peer_status restate missing "restate-server not installed (bench/peers/setup.sh failed: $(tail -n 3 "$work/logs/peers-setup.log" 2>/dev/null))"; return; }
@@ -201,41 +187,80 @@ bind-port = $((PB + 11))
 EOF
   RESTATE_BASE_DIR=$rs/data nohup "$server" --no-logo --bind-ip 127.0.0.1 --listen-mode tcp -c "$rs/restate.toml" \
     >"$work/logs/restate-server.log" 2>&1 </dev/null &
-  local spid=$!
-  started+=($spid)
+  restate_spid=$!
+  started+=($restate_spid)
   RESTATE_SERVICE_PORT=$((PB + 13)) nohup node --import "$dir/polyfill.mjs" "$dir/service.mjs" \
     >"$work/logs/restate-service.log" 2>&1 </dev/null &
-  local vpid=$!
-  started+=($vpid)
-  local deadline=$((SECONDS + 60)) ok=0
+  restate_vpid=$!
+  started+=($restate_vpid)
+  local deadline=$((SECONDS + 60))
   while [ $SECONDS -lt $deadline ]; do
     if curl -fsS -X POST "http://127.0.0.1:$((PB + 11))/deployments" -H 'content-type: application/json' \
-         -d "{\"uri\":\"http://127.0.0.1:$((PB + 13))\"}" >"$work/logs/restate-register.json" 2>/dev/null; then ok=1; break; fi
+         -d "{\"uri\":\"http://127.0.0.1:$((PB + 13))\"}" >"$work/logs/restate-register.json" 2>/dev/null; then restate_ok=1; break; fi
     sleep 0.5
   done
-  if [ $ok = 1 ]; then
+  if [ $restate_ok = 1 ]; then
     sleep 1
     peer_status restate ok "restate-server $("$server" --version 2>/dev/null | awk '{print $2}'), @restatedev/restate-sdk $(node -p "require('$dir/node_modules/@restatedev/restate-sdk/package.json').version") on Node $(node --version)"
-    local w n label
-    for run in warmup $(seq 1 "$ROUNDS") w2; do
-      w=w1 n=$N1 label=main
-      [ $run = warmup ] && n=$WARM label=warmup
-      [ $run = w2 ] && w=w2 n=$N2
-      log "restate $w n=$n ($label)"
-      load1
-      cpu_begin
-      RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
-        timeout 900 node "$dir/bench.mjs" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
-        >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
-      [ $w = w1 ] && [ $label = main ] && cpu_end restate
-    done
-    echo "{\"meta\":\"restate_rss_kb\",\"value\":$(rss_kb $spid)}" >>"$results"
   else
     peer_status restate failed "restate-server did not accept the deployment within 60 s: $(tail -n 5 "$work/logs/restate-server.log")"
+    restate_stop
   fi
-  stop_pid "$vpid"
-  stop_pid "$spid"
 }
+restate_run() { # workload n label
+  [ $restate_ok = 1 ] || return 0
+  local w=$1 n=$2 label=$3
+  log "restate $w n=$n ($label)"
+  load1
+  cpu_begin
+  RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
+    timeout 900 node "$PEERS/restate/bench.mjs" --workload "$w" --n "$n" --concurrency "$C" --timeout 600 --label "$label" --json \
+    >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
+  [ "$w" = w1 ] && [ "$label" = main ] && cpu_end restate
+  return 0
+}
+restate_stop() {
+  [ -n "$restate_spid" ] && echo "{\"meta\":\"restate_rss_kb\",\"value\":$(rss_kb "$restate_spid")}" >>"$results"
+  [ -n "$restate_vpid" ] && stop_pid "$restate_vpid"
+  [ -n "$restate_spid" ] && stop_pid "$restate_spid"
+  restate_ok=0 restate_spid="" restate_vpid=""
+}
+
+# W1 rounds alternate between Strand and Restate (the best peer so far): this VM's
+# speed drifts by tens of percent over minutes (neighbours on the host), and rounds run
+# side by side see the same machine. Each pair begins with a calibration job, a fixed
+# piece of interpreter work whose CPU time shows how fast the machine was then.
+calibrate() {
+  python3 -c 'import json, time
+def job():
+    t = time.process_time(); s = 0
+    for i in range(3000000): s += i * i
+    return time.process_time() - t
+print(json.dumps({"calibration_s": sorted(job() for _ in range(3))[1]}))' >>"$results"
+}
+restate_start
+sb --workload w1 --n "$WARM" --label warmup --timeout 600
+drain
+restate_run w1 "$WARM" warmup
+for round in $(seq 1 "$ROUNDS"); do
+  calibrate
+  # the first round also measures the tables' growth per instance
+  cpu_begin
+  sb --workload w1 --n "$N1" $([ "$round" = 1 ] && echo --storage) --label main --timeout 600
+  cpu_end strand
+  drain
+  restate_run w1 "$N1" main
+done
+meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
+restate_run w2 "$N2" main
+restate_stop
+drain
+sb --workload w2 --n "$N2" --storage --label main --timeout 600
+drain
+sb --workload w4 --n "$N4" --storage --label main --timeout 600
+drain
+sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
+drain
 
 run_dbos() {
   local py=$PEERS/dbos/venv/bin/python
@@ -260,7 +285,6 @@ run_dbos() {
     [ $w = w1 ] && [ $label = main ] && cpu_end dbos
   done
 }
-run_restate
 run_dbos
 
 # ---- cost curves ------------------------------------------------------------------

@@ -51,11 +51,15 @@ def main():
                f"{meta.get('loadavg', '?')} at the start, {meta.get('loadavg_end', '?')} at the end). "
                "The stack (PostgreSQL 15, Redis, one Kafka broker) and every engine ran on this "
                "machine; each engine was driven by its own client on the same machine with the "
-               "same N and the same client concurrency, one engine after the other (the last column is the "
+               "same N and the same client concurrency, one engine after the other except for W1's rounds "
+               "(below; the last column is the "
                "machine's 1-minute load average when each workload began).")
     if meta.get("rounds", 1) > 1:
         out.append(f"Each engine first ran an untimed warm-up W1 of {meta.get('warmup_n', '?'):,} "
-                   f"instances, then W1 {meta['rounds']} times; its row shows the median round.")
+                   f"instances, then W1 {meta['rounds']} times; its row shows the median round. "
+                   "Strand's and Restate's W1 rounds alternate (Strand, Restate, Strand, ...), both "
+                   "running throughout, so that each pair of rounds meets the same machine: this VM's "
+                   "speed drifts by tens of percent within minutes.")
     if note:
         out += ["", note]
     out += ["", "| engine | workload | N | completed | client concurrency | throughput | p50 ms | p95 ms | p99 ms | max ms | load avg at its start |",
@@ -128,6 +132,13 @@ def main():
                        f"{per_instance(engine, 'postgres_s')} | {per_instance(engine, 'kafka_s')} | "
                        f"{per_instance(engine, 'strand_s')} | {steal(engine)} |")
         out.append("")
+    calib = [r["calibration_s"] for r in rows if "calibration_s" in r]
+    if calib:
+        out.append("Machine speed before each pair of W1 rounds: a fixed interpreter job (3 million "
+                   "loop iterations in Python, median of three) took " +
+                   ", ".join(f"{c:.2f}" for c in calib) + " s of CPU. The same work costing more "
+                   "CPU time means a slower machine for every engine in that pair.")
+        out.append("")
     out.append("Peers: " + "; ".join(
         f"{k}: {v['status']} ({v['detail']})" for k, v in sorted(peers.items())) + ".")
     out.append("")
@@ -146,6 +157,9 @@ def main():
         worst = min(s1["round_rates"]) / max(best["round_rates"]) if best["rate"] else 0
         spread = (f"; Strand's slowest round against {best['engine']}'s fastest: {worst:.2f}x"
                   if len(s1["round_rates"]) > 1 else "")
+        pairs = [a / b for a, b in zip(s1["round_rates"], best["round_rates"]) if b]
+        if len(pairs) > 1:
+            spread += "; round by round: " + ", ".join(f"{x:.2f}x" for x in pairs)
         out.append(f"| W1 throughput at least 2x the best peer's | medians {s1['rate']:,.1f} vs {best['engine']} "
                    f"{best['rate']:,.1f} inst/s: {ratio:.2f}x{spread} | {'yes' if ratio >= 2 else 'no'} |")
     if s2 and p2:
