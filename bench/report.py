@@ -215,12 +215,12 @@ def main():
                 if any(s["tables"][t]["rows_per_instance"] or s["tables"][t]["bytes_per_instance"] for s in storage)]
         out.append("| table | " + " | ".join(f"{names[s['storage']].split(' ', 1)[1]}: rows | bytes" for s in storage) + " |")
         out.append("|---|" + "---|---|" * len(storage))
-        def rows(v):   # a table the housekeeping purged during the workload shrank
+        def row_count(v):   # a table the housekeeping purged during the workload shrank
             return "purged" if v < 0 else f"{v:.2f}"
         for t in tabs:
             out.append(f"| {t} | " + " | ".join(
-                f"{rows(s['tables'][t]['rows_per_instance'])} | {s['tables'][t]['bytes_per_instance']:,.0f}" for s in storage) + " |")
-        out.append("| total (without purged tables) | " + " | ".join(
+                f"{row_count(s['tables'][t]['rows_per_instance'])} | {s['tables'][t]['bytes_per_instance']:,.0f}" for s in storage) + " |")
+        out.append("| total (rows of purged tables left out) | " + " | ".join(
             f"{sum(max(v['rows_per_instance'], 0) for v in s['tables'].values()):.2f} | "
             f"{sum(v['bytes_per_instance'] for v in s['tables'].values()):,.0f}" for s in storage) + " |")
     if tables and pts:

@@ -48,12 +48,21 @@ static long probe(PGconn *conn, const char *v)
     return number_of(conn, sql_probe, 1, params);
 }
 
-static void test_prepared_on_second_use(void)
+/* A new session, with prepared statements on or off (the test stops here if
+ * PostgreSQL cannot be reached). */
+static PGconn *connect_session(int prepared)
 {
-    st_pg_set_prepared(1);
+    st_pg_set_prepared(prepared);
     PGconn *conn = NULL;
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    return conn;
+}
+
+static void test_prepared_on_second_use(void)
+{
+    PGconn *conn = connect_session(1);
+    st_errbuf_t eb;
     CU_ASSERT_EQUAL(probe(conn, "1"), 2);
     CU_ASSERT_EQUAL(prepared_count(conn), 0);   /* once: sent as text */
     CU_ASSERT_EQUAL(probe(conn, "2"), 3);
@@ -90,10 +99,7 @@ static void test_prepared_on_second_use(void)
 
 static void test_prepared_off(void)
 {
-    st_pg_set_prepared(0);
-    PGconn *conn = NULL;
-    st_errbuf_t eb;
-    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
+    PGconn *conn = connect_session(0);
     for (int i = 0; i < 3; i++)
         CU_ASSERT_EQUAL(probe(conn, "1"), 2);
     CU_ASSERT_EQUAL(prepared_count(conn), 0);
@@ -106,10 +112,8 @@ static void test_prepared_off(void)
  * errors come back as before, and an empty transaction costs nothing. */
 static void test_begin_with_first_statement(void)
 {
-    st_pg_set_prepared(1);
-    PGconn *conn = NULL;
+    PGconn *conn = connect_session(1);
     st_errbuf_t eb;
-    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
     PQclear(PQexec(conn, "CREATE TEMP TABLE t (v int PRIMARY KEY)"));
     static const char *const sql_insert = "INSERT INTO t VALUES ($1::int)";
     static const char *const sql_count = "SELECT count(*) FROM t";
@@ -173,10 +177,8 @@ static void test_begin_with_first_statement(void)
  * statement and the COMMIT in one round trip. */
 static void test_queued_statements(void)
 {
-    st_pg_set_prepared(1);
-    PGconn *conn = NULL;
+    PGconn *conn = connect_session(1);
     st_errbuf_t eb;
-    CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_pg", &conn, &eb), ST_OK);
     PQclear(PQexec(conn, "CREATE TEMP TABLE q (v int PRIMARY KEY, b bytea)"));
     static const char *const sql_insert = "INSERT INTO q (v, b) VALUES ($1::int, $2)";
     static const char *const sql_count = "SELECT count(*) FROM q";

@@ -34,15 +34,23 @@ static int drain_notifies(PGconn *conn)
     return any;
 }
 
+/* LISTENs on the loop's channel, if it has one. */
+static st_err_t listen_channel(st_due_loop_t *l, st_errbuf_t *eb)
+{
+    if (l->cfg.channel == NULL)
+        return ST_OK;
+    char sql[128];
+    snprintf(sql, sizeof sql, "LISTEN %s", l->cfg.channel);
+    return st_pg_exec(l->conn, sql, 0, NULL, NULL, eb);
+}
+
 static int connect_listen(st_due_loop_t *l)
 {
     st_errbuf_t eb;
-    char app[64], listen_sql[128];
+    char app[64];
     snprintf(app, sizeof app, "strand-%s", l->cfg.name);
-    snprintf(listen_sql, sizeof listen_sql, "LISTEN %s", l->cfg.channel ? l->cfg.channel : "");
     if (st_pg_connect(l->svc->cfg.pg_dsn, app, &l->conn, &eb) != ST_OK ||
-        (l->cfg.channel != NULL &&
-         st_pg_exec(l->conn, listen_sql, 0, NULL, NULL, &eb) != ST_OK)) {
+        listen_channel(l, &eb) != ST_OK) {
         st_log_warn("could not connect to PostgreSQL", "%s: %s", l->cfg.name, eb.msg);
         if (l->conn != NULL)
             PQfinish(l->conn);
