@@ -7,6 +7,12 @@
 #   4. runs every ctest test (unit and integration) in both builds, and the fuzzers
 #      briefly when a clang build is available,
 #   5. always stops that stack and removes its directory, also on failure.
+#
+#   scripts/test.sh                 everything (what CI runs)
+#   scripts/test.sh --quick         release build only: no sanitizer build, no fuzzers
+#   scripts/test.sh [--quick] REGEX only the ctest entries whose name matches REGEX
+#                                   (ctest -R), e.g. scripts/test.sh --quick '^test_api$'
+#
 # Environment: STRAND_TEST_PG_PORT (25432), STRAND_TEST_REDIS_PORT (26379),
 # STRAND_TEST_KAFKA_PORT (29092), STRAND_TEST_PORT_BASE (18080: service HTTP ports).
 set -euo pipefail
@@ -14,9 +20,21 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 started=$SECONDS
 
+quick=0
+filter=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) echo "test.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+    *) [ ${#filter[@]} -eq 0 ] || { echo "test.sh: one filter only" >&2; exit 2; }
+       filter=(-R "$arg") ;;
+  esac
+done
+
 scripts/deps.sh
 scripts/build.sh release
-scripts/build.sh asan
+[ $quick -eq 1 ] || scripts/build.sh asan
 
 export STRAND_STACK_DIR
 STRAND_STACK_DIR=$(mktemp -d /tmp/strand-test-stack.XXXXXX)
@@ -34,15 +52,19 @@ eval "$(scripts/stack.sh env)"
 export STRAND_TEST_LOG_DIR=$STRAND_STACK_DIR/logs
 
 rc=0
-echo "== deploy manifests, Dockerfile, dashboard and alert rules (offline)"
-scripts/check_deploy.sh || rc=1
+if [ ${#filter[@]} -eq 0 ]; then
+  echo "== deploy manifests, Dockerfile, dashboard and alert rules (offline)"
+  scripts/check_deploy.sh || rc=1
+fi
 echo "== tests: release build"
-ctest --test-dir build --output-on-failure --timeout 900 || rc=1
-echo "== tests: ASan + UBSan build"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) \
-  ctest --test-dir build-asan --output-on-failure --timeout 900 || rc=1
-if [ -x scripts/fuzz.sh ]; then
+ctest --test-dir build --output-on-failure --timeout 900 "${filter[@]}" || rc=1
+if [ $quick -eq 0 ]; then
+  echo "== tests: ASan + UBSan build"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) \
+    ctest --test-dir build-asan --output-on-failure --timeout 900 "${filter[@]}" || rc=1
+fi
+if [ $quick -eq 0 ] && [ ${#filter[@]} -eq 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzzers (brief)"
   scripts/fuzz.sh 20 || rc=1
 fi
