@@ -268,6 +268,13 @@ static void test_final_state_and_versions(void)
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "instance_id")) ?: "");
     json_decref(answer);
     CU_ASSERT_EQUAL_FATAL(import_order(def, 2, NULL), 201);
+    /* the unique key itself: a second running lifecycle instance for the reference,
+     * on the new version, is refused by PostgreSQL (the query errs: -1) */
+    snprintf(sql, sizeof sql, "WITH x AS (INSERT INTO strand.instances (id, definition_name, definition_version,"
+             " business_ref, status, lifecycle) VALUES (gen_random_uuid(), '%s', 2, '%s', 'waiting', true)"
+             " RETURNING 1) SELECT count(*) FROM x", def, vref);
+    fprintf(stderr, "(a unique-violation error is expected next)\n");
+    CU_ASSERT_EQUAL(it_sql_number(sql), -1);
     CU_ASSERT_EQUAL(trigger_ref(def, vref, "cancel", "v-c2", 2, &answer), 409);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "version_conflict");
     json_decref(answer);
