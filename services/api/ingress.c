@@ -66,6 +66,8 @@ static st_err_t reject(st_ingress_t *ing, const rd_kafka_message_t *msg, const c
                        const json_t *problem, st_errbuf_t *eb)
 {
     const char *message = json_string_value(json_object_get(problem, "message"));
+    if (target == NULL)   /* a refusal that names its instance (a trigger after the final state) */
+        target = json_string_value(json_object_get(problem, "instance_id"));
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset,
                                    target};
     st_err_t err = st_pg_begin(ing->conn, eb);

@@ -22,7 +22,7 @@ static const char *const sql_definition_latest =
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
 static const char *const sql_request_claim =
     "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('start', $1, $2::uuid)"
-    " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
+    " ON CONFLICT (scope, scope_owner, scope_name, request_id) DO NOTHING RETURNING 1";
 static const char *const sql_request_get =
     "SELECT instance_id FROM strand.requests WHERE scope = 'start' AND request_id = $1";
 /* The instance and its runtime state (version 0) in one round trip, answering with the
@@ -482,7 +482,8 @@ static const char *const sql_runtime_view =
     " (SELECT count(*) FROM strand.signal_buffer b WHERE b.instance_id = rs.instance_id),"
     " (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', t.kind, 'due_at', t.due_at,"
     "   'token', t.waiting_token) ORDER BY t.due_at), '[]')::text"
-    "   FROM strand.timers t WHERE t.instance_id = rs.instance_id AND t.fired_at IS NULL)"
+    "   FROM strand.timers t WHERE t.instance_id = rs.instance_id AND t.fired_at IS NULL),"
+    " rs.last_error_code"
     " FROM strand.runtime_states rs WHERE rs.instance_id = $1::uuid";
 
 static json_t *json_column(PGresult *res, int row, int col)
@@ -574,6 +575,7 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
                                      "snapshot", json_column(res, 0, 1));
             set_text_column(body, "last_signal_id", res, 0, 5);
             json_object_set_new(body, "last_error", json_column(res, 0, 6));
+            set_text_column(body, "last_error_code", res, 0, 14);
             set_text_column(body, "last_executed_by", res, 0, 7);
             set_text_column(body, "last_executed_at", res, 0, 8);
             json_object_set_new(body, "open_tasks", json_column(res, 0, 9));

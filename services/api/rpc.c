@@ -30,6 +30,7 @@
 #include "strand/http.h"
 #include "strand/log.h"
 #include "strand/pg.h"
+#include "strand/request.h"
 #include "strand/signal.h"
 #include "strand/util.h"
 #include "strand/worker_http.h"
@@ -49,13 +50,9 @@ static const char *const sql_rpc_locals =
     "UPDATE strand.runtime_states SET state_version = state_version + 1,"
     " snapshot = jsonb_set(snapshot, '{state}', coalesce(snapshot->'state', '{}'::jsonb) || $2::jsonb)"
     " WHERE instance_id = $1::uuid";
-/* A request_id makes an RPC idempotent: a repeat answers {duplicate: true} and
- * changes nothing (the claim commits with the answer's effects). */
-static const char *const sql_rpc_seen =
-    "SELECT 1 FROM strand.requests WHERE scope = 'rpc' AND request_id = $1";
-static const char *const sql_rpc_claim =
-    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('rpc', $1, $2::uuid)"
-    " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
+/* A request_id makes an RPC idempotent: a repeat on the same instance and rpc answers
+ * {duplicate: true} and changes nothing (the claim, per (instance, rpc, request id),
+ * commits with the answer's effects; request.h). */
 static const char *const sql_rpc_touch =
     "UPDATE strand.instances SET updated_at = now() WHERE id = $1::uuid";
 static const char *const sql_rpc_history =
@@ -174,7 +171,7 @@ static int check_answer(const json_t *source, const json_t *rpc, const json_t *a
 /* Step 3: applies the answer in one transaction. */
 static void apply_answer(PGconn *conn, const char *id, const char *version, const json_t *canonical,
                          const char *process_id, const json_t *globals_before, const json_t *answer,
-                         const char *rpc_name, const json_t *input, const char *request_key,
+                         const char *rpc_name, const json_t *input, const char *request_id,
                          st_answer_t *out)
 {
     const json_t *source = json_object_get(canonical, "source");
@@ -192,12 +189,10 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_rpc_lock, 1, id_params, &res, &eb);
-    if (err == ST_OK && request_key != NULL) {
-        const char *claim[] = {request_key, id};
-        PGresult *c = NULL;
-        err = st_pg_exec(conn, sql_rpc_claim, 2, claim, &c, &eb);
-        int fresh = err == ST_OK && PQntuples(c) == 1;
-        PQclear(c);
+    if (err == ST_OK && request_id != NULL) {
+        int fresh = 0;
+        err = st_request_claim_tx(conn, ST_REQUEST_RPC, id, rpc_name, request_id, id, &fresh,
+                                  NULL, &eb);
         if (err == ST_OK && !fresh) {
             st_answer_set(out, 200, json_pack("{s:s, s:s, s:b}", "instance_id", id, "rpc", rpc_name,
                                               "duplicate", 1));
@@ -320,18 +315,14 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
         st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
         goto done;
     }
-    char request_key[300];
     if (json_is_string(rid)) {
         /* a repeat of an applied call, whatever the process did since */
-        snprintf(request_key, sizeof request_key, "%s:%s:%s", id, name, json_string_value(rid));
-        const char *seen_params[] = {request_key};
-        PGresult *seen = NULL;
-        if ((err = st_pg_exec(conn, sql_rpc_seen, 1, seen_params, &seen, &eb)) != ST_OK) {
+        int repeat = 0;
+        if ((err = st_request_find(conn, ST_REQUEST_RPC, id, name, json_string_value(rid), &repeat,
+                                   NULL, &eb)) != ST_OK) {
             st_answer_error(out, err, &eb);
             goto done;
         }
-        int repeat = PQntuples(seen) > 0;
-        PQclear(seen);
         if (repeat) {
             st_answer_set(out, 200, json_pack("{s:s, s:s, s:b}", "instance_id", id, "rpc", name, "duplicate", 1));
             goto done;
@@ -398,7 +389,7 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
         goto done;
     }
     apply_answer(conn, id, PQgetvalue(res, 0, 3), canonical, process_id, globals, answer, name, input,
-                 json_is_string(rid) ? request_key : NULL, out);
+                 json_string_value(rid), out);
 
 done:
     /* A refused or failed call on a live process is in the timeline too. */

@@ -3,7 +3,8 @@
  * reference + signal name), and the control signals cancel and terminate.
  *
  * Each request writes one outbox row (the Signal envelope) in one transaction, plus
- * the idempotency key when the caller sends a request_id. The executor decides what
+ * the idempotency key when the caller sends a request_id (scoped per instance and
+ * signal name: the same message id on two instances is two messages). The executor decides what
  * the signal does: resume a matching wait, buffer it until the instance waits for it,
  * or drop it as stale with a notice.
  */
@@ -13,6 +14,7 @@
 
 #include "api.h"
 #include "strand/pg.h"
+#include "strand/request.h"
 #include "strand/signal.h"
 #include "strand/util.h"
 
@@ -25,23 +27,21 @@ static const char *const sql_instances_by_ref =
     " AND ($2::text IS NULL OR definition_name = $2)"
     " AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
     " ORDER BY created_at LIMIT 2";
-static const char *const sql_request_claim =
-    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ($1, $2, $3::uuid)"
-    " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
-
-/* Enqueues `sig` in one transaction, with an optional idempotency key in `scope`.
- * Answers 202 (or 200 for a repeated request_id) or an error. */
-static void enqueue(PGconn *conn, st_signal_t *sig, const char *scope, const char *request_id,
-                    st_answer_t *out)
+/* Enqueues `sig` in one transaction, with an optional idempotency key: the request id
+ * is claimed per (instance, signal name) - a queue message id per queue - or per
+ * instance for a cancel or terminate (request.h). Answers 202 (or 200 for a repeated
+ * request_id) or an error. */
+static void enqueue(PGconn *conn, st_signal_t *sig, const char *request_id, st_answer_t *out)
 {
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK && request_id != NULL) {
-        const char *params[] = {scope, request_id, sig->instance_id};
-        PGresult *res = NULL;
-        err = st_pg_exec(conn, sql_request_claim, 3, params, &res, &eb);
-        int fresh = err == ST_OK && PQntuples(res) == 1;
-        PQclear(res);
+        const char *scope = sig->type == ST_SIGNAL_CANCEL      ? ST_REQUEST_CANCEL
+                            : sig->type == ST_SIGNAL_TERMINATE ? ST_REQUEST_TERMINATE
+                                                               : ST_REQUEST_SIGNAL;
+        int fresh = 0;
+        err = st_request_claim_tx(conn, scope, sig->instance_id, sig->name, request_id,
+                                  sig->instance_id, &fresh, NULL, &eb);
         if (err == ST_OK && !fresh) {
             st_pg_rollback(conn);
             st_answer_set(out, 200, json_pack("{s:s, s:b}", "instance_id", sig->instance_id,
@@ -139,7 +139,7 @@ static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
     json_t *reason = json_object_get(args, "reason");
     if (json_is_string(reason))
         json_object_set(sig.payload, "reason", reason);
-    enqueue(conn, &sig, "signal", request_id, out);
+    enqueue(conn, &sig, request_id, out);
     st_signal_close(&sig);
 }
 
@@ -203,7 +203,7 @@ void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const cha
         st_signal_init(&sig, ST_SIGNAL_EXTERNAL, PQgetvalue(res, 0, 0), -1);
         snprintf(sig.name, sizeof sig.name, "%s", name);
         sig.payload = payload ? json_deep_copy(payload) : json_object();
-        enqueue(conn, &sig, "signal", request_id, out);
+        enqueue(conn, &sig, request_id, out);
         st_signal_close(&sig);
     }
     PQclear(res);

@@ -2,11 +2,20 @@
  * triggers.c - lifecycle triggers: {definition, version?, external_ref, event,
  * request_id, actor?, payload?}.
  *
- * One transaction: the request_id is claimed (scope "trigger:<definition>:<ref>"; a
- * repeat is a no-op answered 200 with a DuplicateRequest notice), the instance for
- * (definition, external_ref) is ensured (created with its START signal if there is no
- * running one), and the trigger is enqueued as a named signal. The executor validates
- * the transition, moves the state, appends the timeline and emits the work events.
+ * One transaction, serialised per (definition, external_ref) by an advisory lock:
+ *  1. the request_id is looked up per (definition, external_ref) (request.h); a repeat
+ *     is a no-op answered 200 with a DuplicateRequest notice naming the instance;
+ *  2. the reference's instance is found whatever its version: a running one takes the
+ *     trigger (a `version` naming another version is 409 version_conflict); one that
+ *     reached a final state (or was cancelled, failed, terminated) refuses it with 409
+ *     transition_rejected and a TransitionRejected notice, unless the blueprint says
+ *     "restart_after_final": true; with none, an instance is created (pinned to
+ *     `version`, or the latest) with its START signal. A reference has at most one
+ *     running lifecycle instance (migration 0012's unique index);
+ *  3. the request_id is claimed with the instance and the trigger enqueued as a named
+ *     signal. The executor validates the transition, moves the state, appends the
+ *     timeline and emits the work events.
+ * A refused trigger claims nothing: the same request, repeated, is refused again.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,22 +24,28 @@
 #include "api.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
+#include "strand/request.h"
 #include "strand/signal.h"
 #include "strand/util.h"
 
+/* The version a new instance is pinned to, and whether its blueprint lets a reference
+ * start again after its instance ended. */
 static const char *const sql_lifecycle_version =
-    "SELECT version FROM strand.definitions WHERE name = $1 AND kind = 'lifecycle'"
+    "SELECT version, coalesce(canonical->'restart_after_final' = 'true'::jsonb, false)"
+    " FROM strand.definitions WHERE name = $1 AND kind = 'lifecycle'"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-static const char *const sql_request_claim =
-    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ($1, $2, NULL)"
-    " ON CONFLICT (scope, request_id) DO NOTHING RETURNING 1";
-static const char *const sql_running_instance =
-    "SELECT id FROM strand.instances WHERE definition_name = $1 AND definition_version = $2"
-    " AND business_ref = $3 AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
-    " ORDER BY created_at LIMIT 1 FOR UPDATE";
+/* The reference's instance, any version: a running one first (the oldest flagged one,
+ * should instances from before migration 0012 run beside it), else the latest. */
+static const char *const sql_ref_instance =
+    "SELECT id, status, definition_version, coalesce(output->>'state', '')"
+    " FROM strand.instances WHERE definition_name = $1 AND business_ref = $2"
+    " ORDER BY status IN ('completed', 'failed', 'cancelled', 'terminated'), lifecycle DESC,"
+    " CASE WHEN status IN ('completed', 'failed', 'cancelled', 'terminated') THEN NULL"
+    " ELSE created_at END, created_at DESC LIMIT 1 FOR UPDATE";
 static const char *const sql_instance_insert =
     "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref, status,"
-    " input) VALUES ($1::uuid, $2, $3, $4, 'pending', jsonb_build_object('external_ref', $4::text))";
+    " input, lifecycle) VALUES ($1::uuid, $2, $3, $4, 'pending',"
+    " jsonb_build_object('external_ref', $4::text), true)";
 static const char *const sql_runtime_insert =
     "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
 static const char *const sql_lock_ref =
@@ -79,16 +94,16 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
                           field ? field : "", NULL);
         return;
     }
-    char version_text[16] = "", scope[400], id[37] = "";
+    char version_text[16] = "", lock_key[400], id[37] = "";
     if (json_is_integer(version))
         snprintf(version_text, sizeof version_text, "%lld", (long long)json_integer_value(version));
-    snprintf(scope, sizeof scope, "trigger:%s:%s", definition, ref);
+    snprintf(lock_key, sizeof lock_key, "trigger:%s:%s", definition, ref);
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_signal_t start = {0}, sig = {0};
     int created = 0;
     st_err_t err = st_pg_begin(conn, &eb);
-    const char *lock_params[] = {scope};
+    const char *lock_params[] = {lock_key};
     if (err == ST_OK)   /* serialise triggers for one (definition, external_ref) */
         err = st_pg_exec(conn, sql_lock_ref, 1, lock_params, NULL, &eb);
     const char *def_params[] = {definition, version_text[0] ? version_text : NULL};
@@ -103,28 +118,58 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
     }
     char pinned[16];
     snprintf(pinned, sizeof pinned, "%s", PQgetvalue(res, 0, 0));
+    int restart_after_final = PQgetvalue(res, 0, 1)[0] == 't';
     PQclear(res);
     res = NULL;
-    const char *claim_params[] = {scope, request_id};
-    if ((err = st_pg_exec(conn, sql_request_claim, 2, claim_params, &res, &eb)) != ST_OK)
+    int seen = 0;
+    char prior[37] = "";
+    if ((err = st_request_find(conn, ST_REQUEST_TRIGGER, definition, ref, request_id, &seen, prior,
+                               &eb)) != ST_OK)
         goto done;
-    int fresh = PQntuples(res) == 1;
-    PQclear(res);
-    res = NULL;
-    if (!fresh) {
+    if (seen) {
         json_t *detail = json_pack("{s:s, s:s, s:s, s:s}", "request_id", request_id, "external_ref",
                                    ref, "event", event, "definition", definition);
-        err = st_notice_add_tx(conn, "DuplicateRequest", NULL, NULL,
+        err = st_notice_add_tx(conn, "DuplicateRequest", prior[0] ? prior : NULL, NULL,
                                "this request_id was already applied; nothing changed", detail, &eb);
         json_decref(detail);
         if (err == ST_OK && (err = st_pg_commit(conn, &eb)) == ST_OK)
-            st_answer_set(out, 200, json_pack("{s:b, s:s}", "duplicate", 1, "request_id", request_id));
+            st_answer_set(out, 200, json_pack("{s:b, s:s, s:s?}", "duplicate", 1, "request_id", request_id,
+                                              "instance_id", prior[0] ? prior : NULL));
         goto done;
     }
-    const char *find_params[] = {definition, pinned, ref};
-    if ((err = st_pg_exec(conn, sql_running_instance, 3, find_params, &res, &eb)) != ST_OK)
+    const char *find_params[] = {definition, ref};
+    if ((err = st_pg_exec(conn, sql_ref_instance, 2, find_params, &res, &eb)) != ST_OK)
         goto done;
-    if (PQntuples(res) == 1) {
+    int found = PQntuples(res) == 1;
+    int ended = found && st_api_status_ended(PQgetvalue(res, 0, 1));
+    if (found && !ended && version_text[0] && strcmp(version_text, PQgetvalue(res, 0, 2)) != 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "the reference's running instance runs version %s; send no version"
+                 " (or that one) to trigger it", PQgetvalue(res, 0, 2));
+        st_answer_problem(out, 409, "version_conflict", msg, "/version",
+                          json_pack("{s:s, s:i}", "instance_id", PQgetvalue(res, 0, 0),
+                                    "definition_version", atoi(PQgetvalue(res, 0, 2))));
+        goto done;
+    }
+    if (ended && !restart_after_final) {
+        /* The lifecycle is over: no new instance, no transition, no hooks. */
+        snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+        json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "event", event, "external_ref", ref,
+                                   "definition", definition, "request_id", request_id, "status",
+                                   PQgetvalue(res, 0, 1), "state", PQgetvalue(res, 0, 3));
+        err = st_notice_add_tx(conn, "TransitionRejected", id, NULL,
+                               "the lifecycle instance has reached its final state", detail, &eb);
+        json_decref(detail);
+        if (err == ST_OK && (err = st_pg_commit(conn, &eb)) == ST_OK)
+            st_answer_problem(out, 409, "transition_rejected",
+                              "the lifecycle instance for this reference has ended (its final state"
+                              " or a cancel); the blueprint does not restart it (restart_after_final)",
+                              "/external_ref",
+                              json_pack("{s:s, s:s, s:s}", "instance_id", id, "instance_status",
+                                        PQgetvalue(res, 0, 1), "state", PQgetvalue(res, 0, 3)));
+        goto done;
+    }
+    if (found && !ended) {
         snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
     } else {
         st_uuid_new(id);
@@ -136,6 +181,16 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
             (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK)
             goto done;
         created = 1;
+    }
+    PQclear(res);
+    res = NULL;
+    int fresh = 0;
+    if ((err = st_request_claim_tx(conn, ST_REQUEST_TRIGGER, definition, ref, request_id, id, &fresh,
+                                   NULL, &eb)) != ST_OK)
+        goto done;
+    if (!fresh) {   /* cannot happen under the lock; refuse rather than apply twice */
+        err = st_err_set(&eb, ST_ERR_CONFLICT, "the trigger's request_id was claimed concurrently");
+        goto done;
     }
     st_signal_init(&sig, ST_SIGNAL_EXTERNAL, id, -1);
     snprintf(sig.name, sizeof sig.name, "%s", event);

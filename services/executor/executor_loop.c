@@ -108,9 +108,12 @@ static int ensure_pg(worker_t *w)
 
 /* ---- one message ---------------------------------------------------------------- */
 
-/* Dead-letters a message in its own transaction. Returns ST_OK once recorded. */
-static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg,
-                            const char *instance_id, const char *reason, int attempts)
+/* Dead-letters a message in its own transaction; with `sig` (a decoded signal whose
+ * wake-up failed with `cause`) its instance's last_error says so in the same
+ * transaction. Returns ST_OK once recorded. */
+static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st_signal_t *sig,
+                            st_err_t cause, const char *instance_id, const char *reason,
+                            int attempts)
 {
     st_errbuf_t eb;
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition,
@@ -119,6 +122,8 @@ static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg,
     if (err == ST_OK)
         err = st_dead_letter_add_tx(w->conn, &src, reason, attempts, w->ex->svc->cfg.node_id,
                                     msg->payload, msg->len, &eb);
+    if (err == ST_OK && sig != NULL)
+        err = st_wakeup_failed_tx(w->conn, sig, cause, reason, attempts, 1, &eb);
     if (err == ST_OK)
         err = st_pg_commit(w->conn, &eb);
     if (err != ST_OK) {
@@ -143,7 +148,7 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
     if (st_signal_decode(msg->payload, msg->len, &sig, &eb) != ST_OK) {
         /* Malformed: retrying cannot help. */
         while (!stopping(ex)) {
-            if (ensure_pg(w) && dead_letter(w, msg, NULL, eb.msg, 1) == ST_OK)
+            if (ensure_pg(w) && dead_letter(w, msg, NULL, ST_OK, NULL, eb.msg, 1) == ST_OK)
                 return 1;
             backoff_sleep(ex, &backoff_ms);
         }
@@ -183,10 +188,11 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
         st_log_warn("wake-up failed", "instance=%s attempt=%d error=%s: %s", sig.instance_id,
                     attempts, st_err_name(err), eb.msg);
         if (attempts >= ex->svc->cfg.max_attempts &&
-            dead_letter(w, msg, sig.instance_id, eb.msg, attempts) == ST_OK) {
+            dead_letter(w, msg, &sig, err, sig.instance_id, eb.msg, attempts) == ST_OK) {
             commit = 1;
             break;
         }
+        st_wakeup_failed(w->conn, &sig, err, eb.msg, attempts);   /* last_error, then retry */
         backoff_sleep(ex, &backoff_ms);
     }
     st_signal_close(&sig);

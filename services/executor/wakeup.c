@@ -136,7 +136,8 @@ static const char *const sql_dedup_and_lock =
 /* For a signal naming no instance: did this transaction record its id (first sight)? */
 static const char *const sql_processed_by_us =
     "SELECT xmin = pg_current_xact_id()::xid FROM strand.processed_signals WHERE signal_id = $1";
-/* The run's result in one statement: runtime state (under the version check),
+/* The run's result in one statement: runtime state (under the version check; an
+ * applied wake-up clears last_error, or sets it to instance_failed when the run failed),
  * projection and history entry. It is queued (sent with the COMMIT), so nothing reads
  * its answer: a version that does not match, which cannot happen under the row lock
  * taken by sql_dedup_and_lock, fails the statement instead (a text that is no integer;
@@ -145,7 +146,10 @@ static const char *const sql_run_persist =
     "WITH rs AS (UPDATE strand.runtime_states SET state_version = state_version + 1,"
     "   snapshot = $3::jsonb, waiting_kind = $4, waiting_token = $5,"
     "   waiting_until = to_timestamp($6::double precision / 1000.0),"
-    "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now()"
+    "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now(),"
+    "   last_error_code = CASE WHEN $9 = 'failed' THEN 'instance_failed' END,"
+    "   last_error = CASE WHEN $9 = 'failed' THEN jsonb_build_object('code', 'instance_failed',"
+    "     'message', 'the instance failed', 'error', $11::jsonb, 'signal_id', $7::text, 'at', now()) END"
     "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
     " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
     "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
@@ -600,4 +604,45 @@ fail:
     json_decref(globals);
     st_run_result_close(&run);
     return err;
+}
+
+/* ---- failures -------------------------------------------------------------------- */
+
+/* last_error on the runtime state (no version bump: it describes, it does not move the
+ * instance). $8: the dead letter this transaction just wrote is named by its id. */
+static const char *const sql_last_error =
+    "UPDATE strand.runtime_states SET last_error_code = $2,"
+    " last_error = jsonb_build_object('code', $2::text, 'message', $3::text, 'error', $4::text,"
+    "   'signal_id', $5::text, 'signal_type', $6::text, 'attempts', $7::int, 'at', now())"
+    "   || CASE WHEN $8::boolean THEN jsonb_build_object('dead_letter_id',"
+    "        currval(pg_get_serial_sequence('strand.dead_letters', 'id'))) ELSE '{}'::jsonb END"
+    " WHERE instance_id = $1::uuid";
+
+st_err_t st_wakeup_failed_tx(PGconn *conn, const st_signal_t *sig, st_err_t cause,
+                             const char *message, int attempts, int dead_lettered,
+                             st_errbuf_t *eb)
+{
+    char attempts_text[16];
+    snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
+    const char *params[] = {sig->instance_id,
+                            dead_lettered ? "wakeup_dead_lettered" : "wakeup_failed",
+                            message ? message : "", st_err_name(cause), sig->signal_id,
+                            st_signal_type_name(sig->type), attempts_text,
+                            dead_lettered ? "true" : "false"};
+    return st_pg_exec(conn, sql_last_error, 8, params, NULL, eb);
+}
+
+void st_wakeup_failed(PGconn *conn, const st_signal_t *sig, st_err_t cause, const char *message,
+                      int attempts)
+{
+    st_errbuf_t eb;
+    st_err_t err = st_pg_begin(conn, &eb);
+    if (err == ST_OK)
+        err = st_wakeup_failed_tx(conn, sig, cause, message, attempts, 0, &eb);
+    if (err == ST_OK)
+        err = st_pg_commit(conn, &eb);
+    if (err != ST_OK) {
+        st_pg_rollback(conn);
+        st_log_warn("could not record a failed wake-up", "instance=%s: %s", sig->instance_id, eb.msg);
+    }
 }

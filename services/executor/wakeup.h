@@ -38,6 +38,21 @@ void st_defcache_free(st_defcache_t *cache);
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb);
 
+/* Records on the instance's runtime state (last_error_code, last_error) that a
+ * wake-up for `sig` failed with `cause` and `message` after `attempts` attempts:
+ * "wakeup_failed" (it is retried), or with `dead_lettered` "wakeup_dead_lettered",
+ * naming the dead letter the caller's transaction just wrote (st_dead_letter_add_tx()
+ * on `conn`). Expects the caller's open transaction. The next applied wake-up clears
+ * it (or sets "instance_failed" when the instance failed). */
+st_err_t st_wakeup_failed_tx(PGconn *conn, const st_signal_t *sig, st_err_t cause,
+                             const char *message, int attempts, int dead_lettered,
+                             st_errbuf_t *eb);
+
+/* st_wakeup_failed_tx() (not dead-lettered) in its own transaction on `conn` (none
+ * open); a failure to record is logged, not returned: the wake-up is retried anyway. */
+void st_wakeup_failed(PGconn *conn, const st_signal_t *sig, st_err_t cause, const char *message,
+                      int attempts);
+
 /* Name of an outcome ("applied", "duplicate", ...); static storage. */
 const char *st_wake_outcome_name(st_wake_outcome_t outcome);
 

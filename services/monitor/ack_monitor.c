@@ -91,6 +91,9 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         if (err == ST_OK)
             err = st_dead_letter_add_tx(m->conn, &src, reason, count, m->svc->cfg.node_id,
                                         envelope, len, eb);
+        /* A give-up raises nothing: it reports the raises made, as the ACK row and the
+         * dead letter do (count + 1 said one more). */
+        json_object_set_new(detail, "raises", json_integer(count));
         code = "DispatchFailure";
         history_kind = "work_failed";
         st_metric_inc(m->m_failed);

@@ -145,6 +145,161 @@ static void test_lifecycle(void)
     CU_ASSERT_TRUE(it_stop_all());
 }
 
+/* An order blueprint with a final Cancelled state and a reserve-inventory hook on pay;
+ * `extra` is spliced into the document (blueprint options). Returns the HTTP status. */
+static long import_order(const char *def, int version, const char *extra)
+{
+    char doc[2000];
+    snprintf(doc, sizeof doc,
+        "{\"kind\":\"lifecycle\",\"name\":\"%s\",\"version\":%d,\"env\":\"test\",\"initial\":\"Created\"%s,"
+        "\"states\":[{\"name\":\"Created\"},{\"name\":\"Paid\"},{\"name\":\"Cancelled\",\"final\":true}],"
+        "\"events\":[\"pay\",\"cancel\"],"
+        "\"transitions\":[{\"from\":\"Created\",\"event\":\"pay\",\"to\":\"Paid\"},"
+        "  {\"from\":\"Created\",\"event\":\"cancel\",\"to\":\"Cancelled\"},"
+        "  {\"from\":\"Paid\",\"event\":\"cancel\",\"to\":\"Cancelled\"}],"
+        "\"transition_route\":\"app\",\"routes\":{\"app\":{\"consumers\":[\"orders-app\"]}},"
+        "\"policies\":[{\"when\":{\"event\":\"pay\"},\"hooks\":[{\"code\":\"reserve-inventory\",\"route\":\"app\"}]}]}",
+        def, version, extra ? extra : "");
+    json_t *answer = NULL;
+    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
+    if (status != 201) {
+        char *t = json_dumps(answer, 0);
+        fprintf(stderr, "\nimport %s v%d: %ld %s\n", def, version, status, t);
+        free(t);
+    }
+    json_decref(answer);
+    return status;
+}
+
+/* POST /v1/triggers for (def, reference); version 0 sends none. */
+static long trigger_ref(const char *def, const char *reference, const char *event, const char *request_id,
+                        int version, json_t **answer)
+{
+    char body[600], v[32] = "";
+    if (version > 0)
+        snprintf(v, sizeof v, ",\"version\":%d", version);
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"%s\",\"event\":\"%s\","
+             "\"request_id\":\"%s\"%s}", def, reference, event, request_id, v);
+    json_t *got = NULL;
+    long status = it_http(IT_API, "POST", "/v1/triggers", body, &got);
+    if (answer)
+        *answer = got;
+    else
+        json_decref(got);
+    return status;
+}
+
+static long long count_for_ref(const char *what, const char *def, const char *reference)
+{
+    char sql[600];
+    if (strcmp(what, "instances") == 0)
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+                 " AND business_ref = '%s'", def, reference);
+    else if (strcmp(what, "running") == 0)
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+                 " AND business_ref = '%s' AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')",
+                 def, reference);
+    else   /* a work event with this code, any instance of the reference */
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events w JOIN strand.instances i"
+                 " ON i.id = w.instance_id WHERE i.definition_name = '%s' AND i.business_ref = '%s'"
+                 " AND w.event_code = '%s'", def, reference, what);
+    return it_sql_number(sql);
+}
+
+/* Issue 16: a lifecycle that reached a final state takes no further trigger (no new
+ * instance, no hook) unless its blueprint says restart_after_final; a trigger without
+ * a version goes to the reference's instance whatever its version; a repeated
+ * request_id's DuplicateRequest notice names the instance. */
+static void test_final_state_and_versions(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    char def[96], def2[96], reference[96], sql[700];
+    snprintf(def, sizeof def, "%s-final", name);
+    snprintf(def2, sizeof def2, "%s-restart", name);
+    snprintf(reference, sizeof reference, "%s-a", ref);
+    CU_ASSERT_EQUAL_FATAL(import_order(def, 1, NULL), 201);
+    CU_ASSERT_EQUAL_FATAL(import_order(def2, 1, ",\"restart_after_final\":true"), 201);
+
+    /* cancel: Created -> Cancelled (final) */
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL_FATAL(trigger_ref(def, reference, "cancel", "c1", 0, &answer), 202);
+    char id[40];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "instance_id")) ?: "");
+    json_decref(answer);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s' AND status = 'completed'"
+             " AND output->>'state' = 'Cancelled'", id);
+    CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 20), 1);
+    /* pay after the final state: refused, nothing opened, nothing raised */
+    long status = trigger_ref(def, reference, "pay", "p1", 0, &answer);
+    char *text = json_dumps(answer, JSON_COMPACT);
+    printf("\n  pay after Cancelled: %ld %s\n", status, text ? text : "");
+    free(text);
+    CU_ASSERT_EQUAL(status, 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "transition_rejected");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: "", id);
+    json_decref(answer);
+    sleep(2);   /* what a wrongly accepted trigger would have raised by now */
+    CU_ASSERT_EQUAL(count_for_ref("instances", def, reference), 1);
+    CU_ASSERT_EQUAL(count_for_ref("reserve-inventory", def, reference), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE topic = 'notices' AND key = '%s'"
+             " AND position('TransitionRejected'::bytea in payload) > 0", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* the refused request id was not used up: the same request still refuses */
+    CU_ASSERT_EQUAL(trigger_ref(def, reference, "pay", "p1", 0, NULL), 409);
+
+    /* A blueprint that opts in starts a new instance after the final state. */
+    CU_ASSERT_EQUAL(trigger_ref(def2, reference, "cancel", "c1", 0, &answer), 202);
+    char first[40];
+    snprintf(first, sizeof first, "%s", json_string_value(json_object_get(answer, "instance_id")) ?: "");
+    json_decref(answer);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s' AND status = 'completed'", first);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(trigger_ref(def2, reference, "pay", "p1", 0, &answer), 202);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "created")));
+    CU_ASSERT_STRING_NOT_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: first, first);
+    json_decref(answer);
+    CU_ASSERT_EQUAL(count_for_ref("instances", def2, reference), 2);
+
+    /* Versions: an instance on v1, then v2 imported; a trigger without a version goes
+     * to the v1 instance, one naming v2 is refused, and one instance runs. */
+    char vref[96];
+    snprintf(vref, sizeof vref, "%s-v", ref);
+    CU_ASSERT_EQUAL(trigger_ref(def, vref, "pay", "v-p1", 0, &answer), 202);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "instance_id")) ?: "");
+    json_decref(answer);
+    CU_ASSERT_EQUAL_FATAL(import_order(def, 2, NULL), 201);
+    /* the unique key itself: a second running lifecycle instance for the reference,
+     * on the new version, is refused by PostgreSQL (the query errs: -1) */
+    snprintf(sql, sizeof sql, "WITH x AS (INSERT INTO strand.instances (id, definition_name, definition_version,"
+             " business_ref, status, lifecycle) VALUES (gen_random_uuid(), '%s', 2, '%s', 'waiting', true)"
+             " RETURNING 1) SELECT count(*) FROM x", def, vref);
+    fprintf(stderr, "(a unique-violation error is expected next)\n");
+    CU_ASSERT_EQUAL(it_sql_number(sql), -1);
+    CU_ASSERT_EQUAL(trigger_ref(def, vref, "cancel", "v-c2", 2, &answer), 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "version_conflict");
+    json_decref(answer);
+    CU_ASSERT_EQUAL(trigger_ref(def, vref, "cancel", "v-c1", 0, &answer), 202);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: "", id);
+    CU_ASSERT_FALSE(json_is_true(json_object_get(answer, "created")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(count_for_ref("instances", def, vref), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s' AND status = 'completed'"
+             " AND definition_version = 1 AND output->>'state' = 'Cancelled'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(count_for_ref("instances", def, vref), 1);
+
+    /* A repeated request_id: 200 duplicate, and its DuplicateRequest notice names the
+     * instance (its outbox row is keyed by the instance id). */
+    CU_ASSERT_EQUAL(trigger_ref(def, vref, "pay", "v-p1", 0, &answer), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: "", id);
+    json_decref(answer);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE topic = 'notices' AND key = '%s'"
+             " AND position('DuplicateRequest'::bytea in payload) > 0", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
 static void test_invalid_blueprint(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
@@ -178,6 +333,7 @@ int main(void)
     static const it_case_t cases[] = {
         {"triggers, hooks, notices, timeouts", test_lifecycle},
         {"invalid blueprint", test_invalid_blueprint},
+        {"final state and versions", test_final_state_and_versions},
     };
     return it_run_suite("lifecycle", cases, (int)(sizeof cases / sizeof cases[0]));
 }

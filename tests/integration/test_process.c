@@ -331,7 +331,124 @@ static void test_attribute_write_failure_is_atomic(void)
     char *reason = sql_text(sql);
     CU_ASSERT_PTR_NOT_NULL(strstr(reason, "app.users"));
     free(reason);
+    /* The failure is visible where an operator looks (issue 16: it looked cleanly
+     * waiting): the runtime view carries last_error and its code... */
+    char path[200];
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);
+    json_t *view = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &view), 200);
+    const json_t *last_error = json_object_get(view, "last_error");
+    char *text = json_dumps(last_error, JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("\n  runtime view after the dead letter: last_error_code=%s last_error=%s\n",
+           json_string_value(json_object_get(view, "last_error_code")) ?: "null", text ? text : "");
+    free(text);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(view, "last_error_code")) ?: "", "wakeup_dead_lettered");
+    CU_ASSERT_TRUE(json_is_object(last_error));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(last_error, "message")) ?: "", "app.users"));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(last_error, "attempts")), 2);
+    CU_ASSERT_TRUE(json_integer_value(json_object_get(last_error, "dead_letter_id")) > 0);
+    json_decref(view);
+    /* ...until the instance recovers: the operator lifts the cause (the CHECK, for new
+     * rows only) and replays the dead letter, which applies and clears it. */
+    CU_ASSERT_FATAL(sql_run("ALTER TABLE app.users DROP CONSTRAINT users_source_check"));
+    snprintf(sql, sizeof sql, "SELECT id FROM strand.dead_letters WHERE instance_id = '%s' ORDER BY id DESC LIMIT 1", id);
+    snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", it_sql_number(sql));
+    CU_ASSERT_EQUAL(post(path, "{}", NULL), 200);
+    json_t *done = it_wait_instance(id, "completed", 30);
+    CU_ASSERT_FATAL(sql_run("ALTER TABLE app.users ADD CONSTRAINT users_source_check"
+                            " CHECK (source IN ('email_link', 'rpc', 'support')) NOT VALID"));
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &view), 200);
+    CU_ASSERT_TRUE(json_is_null(json_object_get(view, "last_error")));
+    CU_ASSERT_TRUE(json_is_null(json_object_get(view, "last_error_code")));
+    json_decref(view);
     free(id);
+}
+
+/* An instance that fails says so in the runtime view too (last_error_code
+ * instance_failed, last_error.error the instance's error). */
+static void test_failed_instance_shows_last_error(void)
+{
+    char doc[400], name[80];
+    snprintf(name, sizeof name, "failing_%s", sfx);
+    snprintf(doc, sizeof doc, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"boom\",\"type\":\"fail\",\"error\":\"'boom'\"}]}", name);
+    CU_ASSERT_EQUAL_FATAL(import_doc(doc, NULL), 201);
+    long status;
+    char *id = start_process(name, "fails", "{}", &status);
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    json_t *failed = it_wait_instance(id, "failed", 30);
+    CU_ASSERT_PTR_NOT_NULL(failed);
+    json_decref(failed);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);
+    json_t *view = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &view), 200);
+    char *text = json_dumps(json_object_get(view, "last_error"), JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("\n  failed instance: last_error_code=%s last_error=%s\n",
+           json_string_value(json_object_get(view, "last_error_code")) ?: "null", text ? text : "");
+    free(text);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(view, "last_error_code")) ?: "", "instance_failed");
+    CU_ASSERT_PTR_NOT_NULL(json_object_get(json_object_get(view, "last_error"), "error"));
+    json_decref(view);
+    free(id);
+}
+
+/* Issue 16: message ids and RPC request ids are scoped per instance. The same id sent
+ * to two processes is applied on both (it was answered 200 duplicate on the second
+ * and dropped). */
+static void test_ids_scoped_per_instance(void)
+{
+    char ref[4][80];
+    char *id[4];
+    long status;
+    for (int i = 0; i < 4; i++) {
+        snprintf(ref[i], sizeof ref[i], "scoped%d_%s", i, sfx);
+        id[i] = start_process(signup_name, ref[i], "{\"email\":\"s@example.com\"}", &status);
+        CU_ASSERT_EQUAL_FATAL(status, 201);
+    }
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_FATAL(wait_verifying(id[i]));
+    /* one message id, two instances: both 202 */
+    long first = signal_queue(id[0], "verified", "{\"source\":\"email_link\"}", "msg-shared");
+    long second = signal_queue(id[1], "verified", "{\"source\":\"email_link\"}", "msg-shared");
+    long again = signal_queue(id[1], "verified", "{\"source\":\"email_link\"}", "msg-shared");
+    printf("\n  message id on two instances: %ld, %ld; repeat on the second: %ld\n", first, second, again);
+    CU_ASSERT_EQUAL(first, 202);
+    CU_ASSERT_EQUAL(second, 202);
+    CU_ASSERT_EQUAL(again, 200);   /* still deduplicated on one instance */
+    /* one RPC request id, two instances: both calls applied */
+    char path[200];
+    json_t *answer[2] = {NULL, NULL};
+    long rpc_status[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/v1/instances/%s/rpc/verify", id[2 + i]);
+        rpc_status[i] = post(path, "{\"input\":{\"source\":\"rpc\"},\"request_id\":\"click-shared\"}", &answer[i]);
+    }
+    printf("  rpc request id on two instances: %ld duplicate=%d, %ld duplicate=%d\n", rpc_status[0],
+           json_is_true(json_object_get(answer[0], "duplicate")), rpc_status[1],
+           json_is_true(json_object_get(answer[1], "duplicate")));
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(rpc_status[i], 200);
+        CU_ASSERT_FALSE(json_is_true(json_object_get(answer[i], "duplicate")));
+        json_decref(answer[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        json_t *done = it_wait_instance(id[i], "completed", 30);
+        CU_ASSERT_PTR_NOT_NULL(done);
+        json_decref(done);
+        char sql[300];
+        if (i < 2)   /* the message applied once on each */
+            snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
+                     " AND kind = 'command_result' AND detail->>'queue' = 'verified'", id[i]);
+        else         /* the rpc applied once on each */
+            snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
+                     " AND kind = 'rpc'", id[i]);
+        CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+        free(id[i]);
+    }
 }
 
 static char *import_static(const char *name, const char *policy, const char *body)
@@ -675,6 +792,8 @@ int main(void)
         {"signup verified by rpc", test_signup_verified_by_rpc},
         {"signup reminder then link", test_signup_reminder_then_link},
         {"attribute write failure is atomic", test_attribute_write_failure_is_atomic},
+        {"ids scoped per instance", test_ids_scoped_per_instance},
+        {"failed instance shows last_error", test_failed_instance_shows_last_error},
         {"any_of and all_of", test_any_of_and_all_of},
         {"parallel next states and dead ends", test_parallel_next_states_and_dead_ends},
         {"rpc starts a thread", test_rpc_starts_a_thread},

@@ -125,7 +125,7 @@ static void test_validation_pointers(void)
         "\"states\":[{\"name\":\"a\"},{\"name\":\"a\"},{\"name\":\"c\",\"timeout\":{\"after\":\"'x\"}}],"
         "\"events\":[\"go\", 3],\"transitions\":[{\"from\":\"a\",\"event\":\"nope\",\"to\":\"q\"},"
         "{\"from\":\"a\",\"event\":\"nope\",\"to\":\"a\"}],"
-        "\"routes\":{\"r\":{\"consumers\":[]}},\"transition_route\":\"missing\","
+        "\"routes\":{\"r\":{\"consumers\":[]}},\"transition_route\":\"missing\",\"restart_after_final\":\"yes\","
         "\"policies\":[{\"when\":{\"to\":\"ghost\"},\"hooks\":[{\"route\":\"none\"}]}]}";
     json_error_t jerr;
     json_t *doc = json_loads(bad, 0, &jerr);
@@ -136,7 +136,7 @@ static void test_validation_pointers(void)
     static const char *const expected[] = {"/env", "/initial", "/transition_route", "/states/1/name",
         "/states/2/timeout/after", "/states/2/timeout/event", "/events/1", "/transitions/0/to",
         "/transitions/0/event", "/transitions/1/event", "/routes/r/consumers", "/policies/0/when",
-        "/policies/0/hooks/0/route", "/policies/0/hooks/0/code", "unreachable", NULL};
+        "/policies/0/hooks/0/route", "/policies/0/hooks/0/code", "unreachable", "/restart_after_final", NULL};
     for (int i = 0; expected[i]; i++) {
         if (!strstr(text, expected[i]))
             fprintf(stderr, "\nmissing %s in %s\n", expected[i], text);

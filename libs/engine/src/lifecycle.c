@@ -12,6 +12,10 @@
  * durable timer; when it fires, the timeout event is applied as a system trigger
  * (TimeoutTriggered notice), repeating every `every` up to `max` times while the
  * instance stays in the state.
+ *
+ * A final state ends the instance (completed). strand-api refuses later triggers for
+ * its reference with TransitionRejected, unless the blueprint sets
+ * "restart_after_final": true; then the next trigger starts a new instance.
  */
 #include "strand/engine.h"
 
@@ -80,6 +84,11 @@ void st_lifecycle_validate(const json_t *doc, json_t *problems)
         problem(problems, "/transitions", "transitions must be a non-empty array of {from, event, to}");
     if (!json_is_object(routes))
         problem(problems, "/routes", "routes must be an object of name: {consumers: [...]}");
+    const json_t *restart = json_object_get(doc, "restart_after_final");
+    if (restart != NULL && !json_is_boolean(restart))
+        problem(problems, "/restart_after_final",
+                "restart_after_final must be true or false (may a trigger for a reference whose"
+                " instance ended start a new instance)");
     const char *initial = json_string_value(json_object_get(doc, "initial"));
     if (!has_state(doc, initial))
         problem(problems, "/initial", "initial must name one of the states");
