@@ -3,7 +3,7 @@
 # tests/fuzz/CMakeLists.txt.
 foreach(name fuzz_diagram fuzz_result_schema)
   add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.c)
-  target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_compile_options(${name} PRIVATE ${ST_FUZZ_FLAGS})
+  target_link_options(${name} PRIVATE ${ST_FUZZ_FLAGS})
   target_link_libraries(${name} PRIVATE strand_api_diagram)
 endforeach()

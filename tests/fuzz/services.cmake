@@ -3,7 +3,7 @@
 # (STRAND_FUZZ=ON, clang). scripts/fuzz.sh runs each on tests/fuzz/corpus/<name>/.
 foreach(name fuzz_http fuzz_signal fuzz_definition fuzz_expr)
   add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.c)
-  target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_compile_options(${name} PRIVATE ${ST_FUZZ_FLAGS})
+  target_link_options(${name} PRIVATE ${ST_FUZZ_FLAGS})
   target_link_libraries(${name} PRIVATE strand_common strand_engine)
 endforeach()
