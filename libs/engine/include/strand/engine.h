@@ -78,6 +78,42 @@ st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_err
  * Caller decrefs the new array. */
 json_t *st_snapshot_waiting_signals(const json_t *snapshot);
 
+/* ---- limits (docs/configuration.md, "Engine limits") ---------------------------------
+ *
+ * Every run is bounded: a run that reaches a limit fails its instance with a clear
+ * error code (budget_exceeded, value_too_large, state_too_large, data_too_deep,
+ * subworkflow_depth_exceeded) instead of holding its worker. The limits are process-wide
+ * settings: services set them once at start-up from their configuration. */
+typedef struct {
+    long long max_steps;         /* steps one run may execute (STRAND_RUN_MAX_STEPS) */
+    long long max_work;          /* expression work units one run may spend (STRAND_RUN_MAX_WORK) */
+    long long max_run_ms;        /* wall time of one run, checked between steps
+                                  * (STRAND_RUN_MAX_MS); needs clock_ms */
+    long long max_state_bytes;   /* JSON size of the snapshot, and of any value stored in
+                                  * it or sent out by a step (STRAND_STATE_MAX_BYTES) */
+    long long max_value_bytes;   /* JSON size of one array or object an expression builds
+                                  * (STRAND_EXPR_MAX_VALUE_BYTES) */
+    long long max_string;        /* longest string an expression builds (STRAND_EXPR_MAX_STRING) */
+    int max_data_depth;          /* nesting of arrays/objects in data (STRAND_DATA_MAX_DEPTH) */
+    int max_subworkflow_depth;   /* children below a root instance (STRAND_SUBWORKFLOW_MAX_DEPTH) */
+    long long (*clock_ms)(void); /* monotonic clock for max_run_ms; NULL: no wall-time limit */
+} st_engine_limits_t;
+
+/* The defaults (safe for a shared executor); see docs/configuration.md. */
+void st_engine_limits_default(st_engine_limits_t *out);
+
+/* Replaces the process-wide limits (copied). ST_ERR_CONFIG when a value is out of its
+ * range (named in `eb`). Not thread-safe: call at start-up, before any run. */
+st_err_t st_engine_set_limits(const st_engine_limits_t *limits, st_errbuf_t *eb);
+
+/* The limits in force; borrowed, static storage. */
+const st_engine_limits_t *st_engine_limits(void);
+
+/* Checks data entering the engine from outside (a start input, a signal payload, a task
+ * or call result) against max_data_depth and max_state_bytes. ST_ERR_LIMIT with a
+ * message naming the limit when it does not fit; the API answers 400 with it. */
+st_err_t st_engine_data_check(const json_t *value, st_errbuf_t *eb);
+
 #define ST_SNAPSHOT_SCHEMA_VERSION 1
 
 #endif
