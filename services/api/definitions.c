@@ -371,6 +371,8 @@ static void cmd_diagram(PGconn *conn, const st_principal_t *who, const char *unu
         json_t *text = err == ST_OK ? json_stringn(svg, len) : NULL;
         if (err == ST_ERR_INVALID)
             st_answer_problem(out, 422, "diagram_unavailable", eb.msg, NULL, NULL);
+        else if (err == ST_ERR_RETRY)
+            st_answer_problem(out, 503, "diagram_busy", eb.msg, NULL, NULL);
         else if (err != ST_OK)
             st_answer_error(out, err, &eb);
         else if (text == NULL)

@@ -1,4 +1,4 @@
-/* test_limits.c - the engine's bounds (issue 21): a run's budget (steps, expression
+/* test_engine_limits.c - the engine's bounds (issue 21): a run's budget (steps, expression
  * work, wall time), the size of values and of the snapshot, the depth of data entering
  * the engine, and the depth of subworkflows. Each limit fails the instance with its
  * code, leaves a snapshot that reads back, and is a setting (st_engine_set_limits). */
@@ -311,7 +311,7 @@ static void test_settings_are_checked(void)
     CU_ASSERT_EQUAL(st_engine_limits()->max_data_depth, saved.max_data_depth);   /* unchanged */
 }
 
-ST_TEST_MAIN("limits", ST_TEST(test_repeat_spends_the_work_budget), ST_TEST(test_step_budget),
+ST_TEST_MAIN("engine_limits", ST_TEST(test_repeat_spends_the_work_budget), ST_TEST(test_step_budget),
              ST_TEST(test_wall_time_budget), ST_TEST(test_state_growth_by_copies),
              ST_TEST(test_snapshot_size_limit), ST_TEST(test_data_depth),
              ST_TEST(test_subworkflow_depth), ST_TEST(test_settings_are_checked))
