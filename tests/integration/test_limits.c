@@ -56,6 +56,12 @@ static char *start(const char *definition, const char *input)
     return copy;
 }
 
+static const char *error_message(const json_t *instance)
+{
+    const char *m = json_string_value(json_object_get(json_object_get(instance, "error"), "message"));
+    return m ? m : "";
+}
+
 static const char *error_code(const json_t *instance)
 {
     const char *code = json_string_value(json_object_get(json_object_get(instance, "error"), "code"));
@@ -124,18 +130,16 @@ static void test_repeat_budget(void)
 {
     double t0 = now_s();
     char *hot = start(hot_name, "{\"s\":\"abc\"}");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(hot);
     char *plain = start(plain_name, "{\"n\":41}");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
-    json_t *p = it_wait_instance(plain, "completed", 60);
+    json_t *p = plain ? it_wait_instance(plain, "completed", 60) : NULL;
     CU_ASSERT_PTR_NOT_NULL(p);
     printf("\n  another instance completed %.2f s after the hot start\n", now_s() - t0);
     json_decref(p);
-    json_t *h = it_wait_instance(hot, "failed", 60);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
-    printf("  the hot repeat failed with %s after %.2f s: %s\n", error_code(h), now_s() - t0,
-           json_string_value(json_object_get(json_object_get(h, "error"), "message")));
-    CU_ASSERT_STRING_EQUAL(error_code(h), "budget_exceeded");
+    json_t *h = hot ? it_wait_instance(hot, "failed", 60) : NULL;
+    CU_ASSERT_PTR_NOT_NULL(h);
+    printf("  the hot repeat ended with %s after %.2f s: %s\n", h ? error_code(h) : "(nothing)",
+           now_s() - t0, h ? error_message(h) : "");
+    CU_ASSERT_STRING_EQUAL(h ? error_code(h) : "", "budget_exceeded");
     json_decref(h);
     /* ...and the executor serves the next one as well. */
     char *again = start(plain_name, "{\"n\":1}");
@@ -152,16 +156,15 @@ static void test_state_growth(void)
 {
     char *id = start(grow_name, "{\"s\":\"0123456789012345678901234567890123456789"
                                 "012345678901234567890123456789012345678901234567890123456789\"}");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *inst = it_wait_instance(id, "failed", 60);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(inst);
-    printf("\n  the growing state failed with %s: %s\n", error_code(inst),
-           json_string_value(json_object_get(json_object_get(inst, "error"), "message")));
-    CU_ASSERT_STRING_EQUAL(error_code(inst), "value_too_large");
+    json_t *inst = id ? it_wait_instance(id, "failed", 60) : NULL;
+    CU_ASSERT_PTR_NOT_NULL(inst);
+    printf("\n  the growing state ended with %s: %s\n", inst ? error_code(inst) : "(nothing)",
+           inst ? error_message(inst) : "");
+    CU_ASSERT_STRING_EQUAL(inst ? error_code(inst) : "", "value_too_large");
     json_decref(inst);
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT octet_length(snapshot::text) FROM strand.runtime_states"
-             " WHERE instance_id = '%s'", id);
+             " WHERE instance_id = '%s'", id ? id : "00000000-0000-4000-8000-000000000000");
     long long bytes = it_sql_number(sql);
     printf("  stored snapshot: %lld bytes\n", bytes);
     CU_ASSERT_TRUE(bytes > 0 && bytes < 4 << 20);
@@ -191,10 +194,11 @@ static void test_deep_input_refused(void)
     snprintf(body, cap, "{\"definition\":\"%s\",\"input\":%s}", plain_name, input);
     json_t *answer = NULL;
     long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    printf("\n  a start input %d deep: %ld %s\n", depth, status,
-           json_string_value(json_object_get(answer, "message")));
+    const char *message = json_string_value(json_object_get(answer, "message"));
+    printf("\n  a start input %d deep: %ld %s\n", depth, status, message ? message : "");
     CU_ASSERT_EQUAL(status, 400);
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")), "limit_exceeded");
+    const char *code = json_string_value(json_object_get(answer, "code"));
+    CU_ASSERT_STRING_EQUAL(code ? code : "", "limit_exceeded");
     CU_ASSERT_EQUAL(it_sql_number(sql), before);
     json_decref(answer);
     free(body);
@@ -207,8 +211,7 @@ static void test_self_recursion_stops(void)
 {
     double t0 = now_s();
     char *id = start(rec_name, "{}");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    json_t *root = it_wait_instance(id, "failed", 90);
+    json_t *root = id ? it_wait_instance(id, "failed", 90) : NULL;
     CU_ASSERT_PTR_NOT_NULL(root);
     printf("\n  the root failed with %s after %.2f s\n", root ? error_code(root) : "(none)", now_s() - t0);
     CU_ASSERT_STRING_EQUAL(root ? error_code(root) : "", "child_failed");
