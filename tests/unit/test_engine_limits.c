@@ -298,6 +298,36 @@ static void test_subworkflow_depth(void)
     st_defn_free(d);
 }
 
+/* One budget for a wake-up: the runs that share it (a START, then a buffered signal
+ * fed in the same wake-up) draw on the same steps. */
+static void test_budget_shared_by_a_wakeup(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"1\"}},"
+                           "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"},"
+                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"y\":\"2\"}},"
+                           "{\"id\":\"done\",\"type\":\"complete\"}]");
+    st_run_budget_t budget = {.steps_left = 3, .work_left = 1000000, .deadline_ms = 0};
+    st_run_result_t r1, r2;
+    st_errbuf_t eb;
+    json_t *ev = start(NULL);
+    CU_ASSERT_EQUAL_FATAL(st_interp_run_budget(d, NULL, ev, ID, NOW, &budget, &r1, &eb), ST_OK);
+    json_decref(ev);
+    CU_ASSERT_EQUAL(r1.status, ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(budget.steps_left, 1);
+    ev = json_pack("{s:s, s:s, s:{}}", "type", "SIGNAL", "name", "go", "payload");
+    CU_ASSERT_EQUAL_FATAL(st_interp_run_budget(d, r1.snapshot, ev, ID, NOW, &budget, &r2, &eb), ST_OK);
+    CU_ASSERT_EQUAL(r2.status, ST_RUN_FAILED);
+    CU_ASSERT_STRING_EQUAL(error_code(r2.snapshot), "budget_exceeded");
+    st_run_result_close(&r2);
+    /* a fresh budget (st_interp_run) completes the same instance */
+    CU_ASSERT_EQUAL_FATAL(st_interp_run(d, r1.snapshot, ev, ID, NOW, &r2, &eb), ST_OK);
+    CU_ASSERT_EQUAL(r2.status, ST_RUN_COMPLETED);
+    st_run_result_close(&r2);
+    st_run_result_close(&r1);
+    json_decref(ev);
+    st_defn_free(d);
+}
+
 static void test_settings_are_checked(void)
 {
     st_engine_limits_t lim, saved = *st_engine_limits();
@@ -314,4 +344,5 @@ static void test_settings_are_checked(void)
 ST_TEST_MAIN("engine_limits", ST_TEST(test_repeat_spends_the_work_budget), ST_TEST(test_step_budget),
              ST_TEST(test_wall_time_budget), ST_TEST(test_state_growth_by_copies),
              ST_TEST(test_snapshot_size_limit), ST_TEST(test_data_depth),
-             ST_TEST(test_subworkflow_depth), ST_TEST(test_settings_are_checked))
+             ST_TEST(test_subworkflow_depth), ST_TEST(test_budget_shared_by_a_wakeup),
+             ST_TEST(test_settings_are_checked))

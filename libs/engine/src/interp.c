@@ -36,9 +36,7 @@ typedef struct {
     const json_t *event;   /* borrowed */
     const char *instance_id;
     long long now_ms;
-    long long steps;
-    long long work;        /* expression work units left (st_engine_limits()->max_work) */
-    long long deadline_ms; /* on the limits' clock; 0: no wall-time limit */
+    st_run_budget_t *budget; /* what the wake-up has left (steps, work units, time) */
     const char *code;      /* error code for fail_step() when a limit failed the step */
     int ended;             /* completed or failed */
     st_errbuf_t *eb;
@@ -96,8 +94,8 @@ static json_t *eval_value(run_t *r, const json_t *field)
     if (st_expr_parse(json_string_value(field), &expr, r->eb) != ST_OK)
         return NULL;
     json_t *scope = scope_of(r);
-    if (st_expr_eval_counted(expr, scope, &out, &r->work, r->eb) == ST_ERR_LIMIT)
-        r->code = r->work < 0 ? "budget_exceeded" : "value_too_large";
+    if (st_expr_eval_counted(expr, scope, &out, &r->budget->work_left, r->eb) == ST_ERR_LIMIT)
+        r->code = r->budget->work_left < 0 ? "budget_exceeded" : "value_too_large";
     json_decref(scope);
     st_expr_free(expr);
     return out;
@@ -148,7 +146,7 @@ static json_t *checked(run_t *r, json_t *v)
 {
     const st_engine_limits_t *lim = st_engine_limits();
     int too_deep = 0;
-    if (v == NULL || st_value_fits(v, lim->max_state_bytes, lim->max_data_depth, &r->work, &too_deep))
+    if (v == NULL || st_value_fits(v, lim->max_state_bytes, lim->max_data_depth, &r->budget->work_left, &too_deep))
         return v;
     json_decref(v);
     if (too_deep) {
@@ -645,13 +643,13 @@ static void branch_done(run_t *r, json_t *t)
 static int over_budget(run_t *r)
 {
     const st_engine_limits_t *lim = st_engine_limits();
-    if (++r->steps > lim->max_steps)
+    if (--r->budget->steps_left < 0)
         st_err_set(r->eb, ST_ERR_LIMIT, "more than %lld steps in one run (STRAND_RUN_MAX_STEPS; a loop without a wait?)",
                    lim->max_steps);
-    else if (r->work < 0)
+    else if (r->budget->work_left < 0)
         st_err_set(r->eb, ST_ERR_LIMIT, "the run spent more than %lld expression work units (STRAND_RUN_MAX_WORK)",
                    lim->max_work);
-    else if (r->deadline_ms > 0 && lim->clock_ms != NULL && lim->clock_ms() > r->deadline_ms)
+    else if (r->budget->deadline_ms > 0 && lim->clock_ms != NULL && lim->clock_ms() > r->budget->deadline_ms)
         st_err_set(r->eb, ST_ERR_LIMIT, "the run took longer than %lld ms (STRAND_RUN_MAX_MS)", lim->max_run_ms);
     else
         return 0;
@@ -862,7 +860,7 @@ static int entry_check(run_t *r, const json_t *data, int is_input, const char *s
 {
     const st_engine_limits_t *lim = st_engine_limits();
     int too_deep = 0;
-    if (st_value_fits(data, lim->max_state_bytes, lim->max_data_depth, &r->work, &too_deep))
+    if (st_value_fits(data, lim->max_state_bytes, lim->max_data_depth, &r->budget->work_left, &too_deep))
         return 1;
     if (is_input)
         json_object_set_new(r->snap, "input", json_object());   /* never store what failed */
@@ -940,15 +938,30 @@ static void finish_snapshot(run_t *r)
         json_object_set_new(r->snap, "status", json_string(json_is_null(display) ? "running" : "waiting"));
 }
 
+void st_run_budget_init(st_run_budget_t *budget)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    budget->steps_left = lim->max_steps;
+    budget->work_left = lim->max_work;
+    budget->deadline_ms = lim->clock_ms ? lim->clock_ms() + lim->max_run_ms : 0;
+}
+
 st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
                        const char *instance_id, long long now_ms, st_run_result_t *result,
                        st_errbuf_t *eb)
 {
+    st_run_budget_t budget;
+    st_run_budget_init(&budget);
+    return st_interp_run_budget(defn, snapshot, event, instance_id, now_ms, &budget, result, eb);
+}
+
+st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                              const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                              st_run_result_t *result, st_errbuf_t *eb)
+{
     st_errbuf_t local;
-    const st_engine_limits_t *lim = st_engine_limits();
     run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
-               .eb = eb ? eb : &local, .effects = json_array(), .work = lim->max_work,
-               .deadline_ms = lim->clock_ms ? lim->clock_ms() + lim->max_run_ms : 0};
+               .eb = eb ? eb : &local, .effects = json_array(), .budget = budget};
     memset(result, 0, sizeof *result);
     if (strcmp(st_defn_kind(defn), "lifecycle") == 0) {
         json_decref(r.effects);

@@ -64,6 +64,25 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
                        const char *instance_id, long long now_ms,
                        st_run_result_t *result, st_errbuf_t *eb);
 
+/* What one wake-up may still spend (st_engine_limits()): steps, expression work units
+ * and wall time. A service that runs several events in one wake-up (a START, then the
+ * buffered signals it waits for) shares one budget between the runs, so the limits
+ * bound the wake-up, not each run. */
+typedef struct {
+    long long steps_left;
+    long long work_left;
+    long long deadline_ms;   /* on st_engine_limits()->clock_ms; 0: no wall-time limit */
+} st_run_budget_t;
+
+/* Fills a fresh budget from the limits in force (the deadline from their clock, now). */
+void st_run_budget_init(st_run_budget_t *budget);
+
+/* st_interp_run() drawing on `budget` (borrowed, updated): a run that finds it spent
+ * fails its instance with budget_exceeded. st_interp_run() is this with a fresh one. */
+st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                              const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                              st_run_result_t *result, st_errbuf_t *eb);
+
 /* Releases both JSON values and zeroes the result. */
 void st_run_result_close(st_run_result_t *result);
 
