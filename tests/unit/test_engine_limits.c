@@ -256,6 +256,17 @@ static void test_data_depth(void)
     json_decref(snap);
     st_defn_free(d);
     json_decref(deep);
+    /* a task result at the limit, inside the event's envelope {result: ...}, is taken */
+    d = compile("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"r\"},"
+                "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"r\":\"len(state.r)\"}}]");
+    snap = NULL;
+    CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_WAITING);
+    const char *token = json_string_value(json_object_get(json_object_get(snap, "waiting"), "token"));
+    json_t *done = json_pack("{s:s, s:s, s:{s:{s:o}}}", "type", "TASK_COMPLETED", "token", token,
+                             "payload", "result", "x", nested(63));
+    CU_ASSERT_EQUAL(run(d, &snap, done, NULL), ST_RUN_COMPLETED);
+    json_decref(snap);
+    st_defn_free(d);
     /* built one level per step */
     d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"200\",\"body\":["
                 "{\"id\":\"wrap\",\"type\":\"set\",\"values\":{\"x\":\"[state.x]\"}}]}]");

@@ -860,7 +860,10 @@ static int entry_check(run_t *r, const json_t *data, int is_input, const char *s
 {
     const st_engine_limits_t *lim = st_engine_limits();
     int too_deep = 0;
-    if (st_value_fits(data, lim->max_state_bytes, lim->max_data_depth, &r->budget->work_left, &too_deep))
+    /* An event's payload wraps the data in up to two levels ({result: {ok, body}} of a
+     * call, {result} of a task, {status, output} of a child): those do not count. */
+    int max_depth = lim->max_data_depth + (is_input ? 0 : 2);
+    if (st_value_fits(data, lim->max_state_bytes, max_depth, &r->budget->work_left, &too_deep))
         return 1;
     if (is_input)
         json_object_set_new(r->snap, "input", json_object());   /* never store what failed */
