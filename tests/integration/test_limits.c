@@ -201,6 +201,27 @@ static void test_deep_input_refused(void)
     CU_ASSERT_STRING_EQUAL(code ? code : "", "limit_exceeded");
     CU_ASSERT_EQUAL(it_sql_number(sql), before);
     json_decref(answer);
+    /* The other doors data comes in by: a signal's payload, a task's result, a trigger's
+     * payload. Each is refused before anything is looked up or written. */
+    static const struct { const char *path, *field, *fmt; } doors[] = {
+        {"/v1/instances/00000000-0000-4000-8000-000000000000/signals", "/payload",
+         "{\"name\":\"go\",\"payload\":%s}"},
+        {"/v1/tasks/00000000-0000-4000-8000-000000000000/complete", "/result", "{\"result\":%s}"},
+        {"/v1/triggers", "/payload", "{\"definition\":\"x\",\"external_ref\":\"r\",\"event\":\"e\","
+         "\"request_id\":\"q\",\"payload\":%s}"},
+    };
+    for (size_t i = 0; i < sizeof doors / sizeof doors[0]; i++) {
+        snprintf(body, cap, doors[i].fmt, input);
+        answer = NULL;
+        status = it_http(IT_API, "POST", doors[i].path, body, &answer);
+        const char *c = json_string_value(json_object_get(answer, "code"));
+        const char *f = json_string_value(json_object_get(answer, "field"));
+        printf("  %s %s %d deep: %ld %s\n", doors[i].path, doors[i].field, depth, status, c ? c : "");
+        CU_ASSERT_EQUAL(status, 400);
+        CU_ASSERT_STRING_EQUAL(c ? c : "", "limit_exceeded");
+        CU_ASSERT_STRING_EQUAL(f ? f : "", doors[i].field);
+        json_decref(answer);
+    }
     free(body);
     free(input);
 }
