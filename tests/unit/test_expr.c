@@ -232,6 +232,20 @@ static void test_limits(void)
     CU_ASSERT_EQUAL(st_expr_eval_text("[state.x]", sc, &value, &eb), ST_OK);   /* one copy fits */
     json_decref(value);
     value = NULL;
+    /* A function that hands back its argument built nothing: coalesce() of a long string. */
+    json_t *longs = json_array();
+    json_t *text = json_string_nocheck("");
+    char *buf = calloc(100001, 1);
+    memset(buf, 'z', 100000);
+    json_string_set(text, buf);
+    free(buf);
+    json_array_append_new(longs, text);
+    json_object_set_new(json_object_get(sc, "state"), "long", longs);
+    CU_ASSERT_EQUAL(st_expr_eval_text("coalesce(null, state.long[0])", sc, &value, &eb), ST_OK);
+    CU_ASSERT_EQUAL(json_string_length(value), 100000);
+    json_decref(value);
+    value = NULL;
+    CU_ASSERT_EQUAL(st_expr_eval_text("upper(state.long[0])", sc, &value, &eb), ST_ERR_LIMIT);
     json_decref(sc);
     /* A plugin's string is checked as well; a plugin's own failure keeps its code. */
     CU_ASSERT_EQUAL(st_expr_register_fn("huge", 0, 0, fn_huge), ST_OK);

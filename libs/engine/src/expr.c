@@ -879,9 +879,12 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth)
             if (out == NULL)
                 ev->err = fn_code;
         }
-        for (int i = 0; i < got; i++)
+        int passed_through = 0;   /* coalesce(x) returns x: nothing was built */
+        for (int i = 0; i < got; i++) {
+            passed_through |= out == args[i];
             json_decref(args[i]);
-        if (out != NULL) {
+        }
+        if (out != NULL && !passed_through) {
             char what[48];
             snprintf(what, sizeof what, "%s()", n->name);
             out = built(ev, out, what);

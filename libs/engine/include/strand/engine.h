@@ -1,8 +1,9 @@
 /*
  * engine.h - the engine core: canonical definitions and the run-to-wait interpreter.
  *
- * A pure library: no I/O, no clocks (time comes in as an argument), no globals beyond
- * the function catalog. Services compile a definition document once (st_defn_compile)
+ * A pure library: no I/O, no clocks (time comes in as an argument; the wall-time budget
+ * reads a clock the service installs), no globals beyond the function catalog and the
+ * limits (both set at start-up). Services compile a definition document once (st_defn_compile)
  * and run instances against it (st_interp_run): given the stored snapshot and one
  * event, the interpreter runs until the instance must wait or ends, and returns the
  * new snapshot plus the effects the service must persist in the same transaction.
