@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "command_pool.h"
 #include "diagram.h"
 #include "result_schema.h"
 #include "strand/engine.h"
@@ -321,8 +322,87 @@ static const char *const sql_diagram_instance =
     " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
     " WHERE i.id = $1::uuid";
 
+/* The diagram command, run on the command pool: laying out a large graph takes
+ * seconds, which the event loop (and /healthz with it) must never wait for. `args` is
+ * {name, version, instance?}, checked by handle_diagram(); a 200 answer's body is
+ * {"svg": text}, which diagram_then() sends as image/svg+xml. */
+static void cmd_diagram(PGconn *conn, const st_principal_t *who, const char *unused_id,
+                        const json_t *args, st_answer_t *out)
+{
+    const char *name = json_string_value(json_object_get(args, "name"));
+    const char *version = json_string_value(json_object_get(args, "version"));
+    const char *instance = json_string_value(json_object_get(args, "instance"));
+    st_errbuf_t eb;
+    PGresult *res = NULL, *ires = NULL;
+    const char *params[] = {name, version};
+    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, &eb);
+    if (err == ST_OK && instance != NULL) {
+        const char *iparams[] = {instance};
+        err = st_pg_exec(conn, sql_diagram_instance, 1, iparams, &ires, &eb);
+    }
+    json_t *canonical = NULL, *snapshot = NULL, *done_tasks = NULL;
+    json_error_t jerr;
+    if (err != ST_OK) {
+        st_answer_error(out, err, &eb);
+    } else if (PQntuples(res) == 0) {
+        st_answer_problem(out, 404, "definition_not_found", "no such definition", NULL, NULL);
+    } else if (ires != NULL && PQntuples(ires) == 0) {
+        st_answer_problem(out, 404, "instance_not_found", "no such instance", "/instance", NULL);
+    } else if (ires != NULL && (strcmp(PQgetvalue(ires, 0, 0), name) != 0 ||
+                                atoi(PQgetvalue(ires, 0, 1)) != atoi(version))) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the instance runs %.100s version %s, not this definition",
+                 PQgetvalue(ires, 0, 0), PQgetvalue(ires, 0, 1));
+        st_answer_problem(out, 409, "instance_definition_mismatch", msg, "/instance", NULL);
+    } else if ((canonical = json_loads(PQgetvalue(res, 0, 0), 0, &jerr)) == NULL) {
+        st_answer_problem(out, 500, "internal", "the stored definition is not JSON", NULL, NULL);
+    } else {
+        if (ires != NULL) {
+            snapshot = PQgetisnull(ires, 0, 2) ? json_object() : json_loads(PQgetvalue(ires, 0, 2), 0, &jerr);
+            done_tasks = json_loads(PQgetvalue(ires, 0, 3), 0, &jerr);
+            if (snapshot == NULL)
+                snapshot = json_object();
+        }
+        char *dot = NULL, *svg = NULL;
+        size_t len = 0;
+        err = st_diagram_dot(canonical, snapshot, done_tasks, &dot, &eb);
+        if (err == ST_OK)
+            err = st_diagram_svg(dot, &svg, &len, &eb);
+        json_t *text = err == ST_OK ? json_stringn(svg, len) : NULL;
+        if (err == ST_ERR_INVALID)
+            st_answer_problem(out, 422, "diagram_unavailable", eb.msg, NULL, NULL);
+        else if (err == ST_ERR_RETRY)
+            st_answer_problem(out, 503, "diagram_busy", eb.msg, NULL, NULL);
+        else if (err != ST_OK)
+            st_answer_error(out, err, &eb);
+        else if (text == NULL)
+            st_answer_problem(out, 500, "internal", "the drawn diagram is not UTF-8", NULL, NULL);
+        else
+            st_answer_set(out, 200, json_pack("{s:o}", "svg", text));
+        st_diagram_free(svg);
+        free(dot);
+    }
+    json_decref(canonical);
+    json_decref(snapshot);
+    json_decref(done_tasks);
+    PQclear(res);
+    PQclear(ires);
+}
+
+/* Sends a drawn diagram as SVG; any other answer (a problem) as it is. */
+static void diagram_then(st_http_req_t *req, st_answer_t *answer, void *ctx)
+{
+    const char *svg = json_string_value(json_object_get(answer->body, "svg"));
+    if (answer->status == 200 && svg != NULL)
+        st_http_reply_text(req, 200, "image/svg+xml", svg);
+    else
+        st_api_reply(req, answer);
+    free(ctx);
+}
+
 /* GET /v1/definitions/{name}/{version}/diagram.svg[?instance=<id>]: the definition as
- * SVG; with an instance of that version, its path (visited) and waits (waiting). */
+ * SVG; with an instance of that version, its path (visited) and waits (waiting). The
+ * parameters are checked here; the drawing runs on the command pool (cmd_diagram). */
 static void handle_diagram(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
@@ -339,59 +419,16 @@ static void handle_diagram(st_http_req_t *req, void *ctx)
                               "/instance", NULL);
         return;
     }
-    PGconn *conn = st_api_conn_or_reply(api, req);
-    if (conn == NULL)
+    json_t *args = json_pack("{s:s, s:s}", "name", name, "version", version);
+    if (args == NULL) {
+        st_http_reply_problem(req, 400, "invalid_field", "name must be UTF-8 text", "/name", NULL);
         return;
-    st_errbuf_t eb;
-    PGresult *res = NULL, *ires = NULL;
-    const char *params[] = {name, version};
-    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, &eb);
-    if (err == ST_OK && instance != NULL) {
-        const char *iparams[] = {instance};
-        err = st_pg_exec(conn, sql_diagram_instance, 1, iparams, &ires, &eb);
     }
-    json_t *canonical = NULL, *snapshot = NULL, *done_tasks = NULL;
-    json_error_t jerr;
-    if (err != ST_OK) {
-        st_api_reply_error(req, err, &eb);
-    } else if (PQntuples(res) == 0) {
-        st_http_reply_problem(req, 404, "definition_not_found", "no such definition", NULL, NULL);
-    } else if (ires != NULL && PQntuples(ires) == 0) {
-        st_http_reply_problem(req, 404, "instance_not_found", "no such instance", "/instance", NULL);
-    } else if (ires != NULL && (strcmp(PQgetvalue(ires, 0, 0), name) != 0 ||
-                                atoi(PQgetvalue(ires, 0, 1)) != atoi(version))) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "the instance runs %.100s version %s, not this definition",
-                 PQgetvalue(ires, 0, 0), PQgetvalue(ires, 0, 1));
-        st_http_reply_problem(req, 409, "instance_definition_mismatch", msg, "/instance", NULL);
-    } else if ((canonical = json_loads(PQgetvalue(res, 0, 0), 0, &jerr)) == NULL) {
-        st_http_reply_problem(req, 500, "internal", "the stored definition is not JSON", NULL, NULL);
-    } else {
-        if (ires != NULL) {
-            snapshot = PQgetisnull(ires, 0, 2) ? json_object() : json_loads(PQgetvalue(ires, 0, 2), 0, &jerr);
-            done_tasks = json_loads(PQgetvalue(ires, 0, 3), 0, &jerr);
-            if (snapshot == NULL)
-                snapshot = json_object();
-        }
-        char *dot = NULL, *svg = NULL;
-        size_t len = 0;
-        err = st_diagram_dot(canonical, snapshot, done_tasks, &dot, &eb);
-        if (err == ST_OK)
-            err = st_diagram_svg(dot, &svg, &len, &eb);
-        if (err == ST_ERR_INVALID)
-            st_http_reply_problem(req, 422, "diagram_unavailable", eb.msg, NULL, NULL);
-        else if (err != ST_OK)
-            st_api_reply_error(req, err, &eb);
-        else
-            st_http_reply_text(req, 200, "image/svg+xml", svg);
-        st_diagram_free(svg);
-        free(dot);
-    }
-    json_decref(canonical);
-    json_decref(snapshot);
-    json_decref(done_tasks);
-    PQclear(res);
-    PQclear(ires);
+    if (instance != NULL)
+        json_object_set_new(args, "instance", json_string(instance));
+    st_command_then_t then = {diagram_then, NULL};
+    st_command_pool_submit(api->pool, req, cmd_diagram, NULL, &api->current, NULL, NULL, args,
+                           &then);
 }
 
 void st_api_definitions_register(st_api_t *api)

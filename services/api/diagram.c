@@ -26,6 +26,13 @@ typedef struct {
     json_t *edges_seen;   /* {"a\tb": true} lifecycle/process visited edges */
 } dot_t;
 
+static int max_nodes = ST_DIAGRAM_DEFAULT_MAX_NODES;
+
+void st_diagram_set_max_nodes(int n)
+{
+    max_nodes = n < 10 ? 10 : n > ST_DIAGRAM_MAX_NODES ? ST_DIAGRAM_MAX_NODES : n;
+}
+
 static void put(dot_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fmt(char *out, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
 
@@ -241,7 +248,7 @@ static json_t *flow_list(dot_t *d, const json_t *steps, const char *pointer, jso
     size_t i;
     json_t *step;
     json_array_foreach(steps, i, step) {
-        if (d->nodes > ST_DIAGRAM_MAX_NODES || d->oom)
+        if (d->nodes > max_nodes || d->oom)
             break;
         char p[700];
         fmt(p, sizeof p, "%s/%zu", pointer, i);
@@ -269,7 +276,7 @@ static void flow_overlay(dot_t *d, const json_t *canonical, const json_t *snapsh
             json_int_t index = json_integer_value(json_object_get(frame, "index"));
             if (path == NULL || strlen(path) > 600 || index < 0)
                 continue;
-            for (json_int_t k = 0; k < index && k < ST_DIAGRAM_MAX_NODES; k++) {
+            for (json_int_t k = 0; k < index && k < max_nodes; k++) {
                 char p[700];
                 fmt(p, sizeof p, "%s/%lld", path, (long long)k);
                 json_object_set_new(d->visited, p, json_true());
@@ -377,7 +384,7 @@ static void draw_lifecycle(dot_t *d, const json_t *canonical, const json_t *snap
     node(d, "start", "", "start", "start", "point");
     json_array_foreach(json_object_get(canonical, "states"), i, s) {
         const char *name = str(s, "name");
-        if (name == NULL || d->nodes > ST_DIAGRAM_MAX_NODES)
+        if (name == NULL || d->nodes > max_nodes)
             continue;
         int final = json_is_true(json_object_get(s, "final"));
         node(d, name, "state-", name, name, final ? "doublecircle" : "box");
@@ -448,7 +455,7 @@ static void draw_process(dot_t *d, const json_t *canonical, const json_t *snapsh
     node(d, "start", "", "start", "start", "point");
     json_array_foreach(json_object_get(source, "states"), i, s) {
         const char *id = str(s, "id");
-        if (id == NULL || d->nodes > ST_DIAGRAM_MAX_NODES)
+        if (id == NULL || d->nodes > max_nodes)
             continue;
         char label[300];
         fmt(label, sizeof label, "%s%s%s%s", id,
@@ -509,9 +516,9 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
     put(&d, "}\n");
     if (err == ST_OK && d.oom)
         err = st_err_set(eb, ST_ERR_NOMEM, "out of memory drawing the definition");
-    if (err == ST_OK && d.nodes > ST_DIAGRAM_MAX_NODES)
+    if (err == ST_OK && d.nodes > max_nodes)
         err = st_err_set(eb, ST_ERR_INVALID, "the definition has more than %d steps to draw",
-                         ST_DIAGRAM_MAX_NODES);
+                         max_nodes);
     json_decref(d.visited);
     json_decref(d.waiting);
     json_decref(d.failed);
@@ -543,7 +550,8 @@ st_err_t st_diagram_svg(const char *dot, char **svg, size_t *len, st_errbuf_t *e
 {
     *svg = NULL;
     *len = 0;
-    pthread_mutex_lock(&gv_lock);
+    if (pthread_mutex_trylock(&gv_lock) != 0)
+        return st_err_set(eb, ST_ERR_RETRY, "another diagram is being drawn; retry shortly");
     if (gv_context == NULL) {
         agseterr(AGMAX);   /* errors come back as return codes, not stderr lines */
         gv_context = gvContextPlugins(diagram_plugins, 0);

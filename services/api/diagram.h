@@ -18,8 +18,16 @@
 
 #include "strand/err.h"
 
-/* Most nodes a diagram draws; a larger definition is refused (ST_ERR_INVALID). */
+/* Most nodes a diagram may be set to draw (STRAND_DIAGRAM_MAX_NODES' ceiling), and the
+ * default: a larger definition is refused (ST_ERR_INVALID). Laying out costs time
+ * that grows faster than the node count (1,902 steps took 10-27 s), so the API draws
+ * on its command pool, one diagram at a time, and refuses more than the setting. */
 #define ST_DIAGRAM_MAX_NODES 2000
+#define ST_DIAGRAM_DEFAULT_MAX_NODES 500
+
+/* Sets the node limit (10 to ST_DIAGRAM_MAX_NODES; other values are clamped). Not
+ * thread-safe: call at start-up. */
+void st_diagram_set_max_nodes(int max_nodes);
 
 /* Builds the DOT text for `canonical` (a stored canonical definition, borrowed).
  * `snapshot` (may be NULL) is the instance's runtime snapshot and `done_tasks` (may be
@@ -30,7 +38,9 @@ st_err_t st_diagram_dot(const json_t *canonical, const json_t *snapshot,
                         const json_t *done_tasks, char **out, st_errbuf_t *eb);
 
 /* Lays out `dot` with Graphviz's dot engine and renders SVG. On success *svg is a new
- * NUL-terminated buffer of *len bytes (caller frees with st_diagram_free()). */
+ * NUL-terminated buffer of *len bytes (caller frees with st_diagram_free()).
+ * ST_ERR_RETRY when another thread is drawing right now (Graphviz is not reentrant):
+ * the caller answers 503 rather than holding a thread in the queue. */
 st_err_t st_diagram_svg(const char *dot, char **svg, size_t *len, st_errbuf_t *eb);
 void st_diagram_free(char *svg);
 

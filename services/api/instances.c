@@ -287,6 +287,11 @@ static int parse_start(st_answer_t *out, const json_t *body, const char **defini
         st_answer_problem(out, 400, "invalid_field", message, field, NULL);
         return 0;
     }
+    st_errbuf_t eb;
+    if (json_is_object(in) && st_engine_data_check(in, &eb) != ST_OK) {
+        st_answer_problem(out, 400, "limit_exceeded", eb.msg, "/input", NULL);
+        return 0;
+    }
     *definition = json_string_value(def);
     version[0] = '\0';
     if (json_is_integer(ver))

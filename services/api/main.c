@@ -9,8 +9,10 @@
 
 #include "api.h"
 #include "command_pool.h"
+#include "diagram.h"
 #include "ingress.h"
 #include "wait_loop.h"
+#include "strand/engine.h"
 #include "strand/log.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -257,6 +259,18 @@ static void register_routes(st_api_t *api)
     st_api_rpc_register(api);
 }
 
+/* The engine limits the API checks data against where it enters (start inputs, signal
+ * payloads, task results: 400 when too deep or too large; docs/configuration.md). */
+static st_err_t apply_engine_limits(const st_config_t *cfg, st_errbuf_t *eb)
+{
+    st_engine_limits_t lim;
+    st_engine_limits_default(&lim);
+    lim.max_state_bytes = cfg->state_max_bytes;
+    lim.max_data_depth = cfg->data_max_depth;
+    st_diagram_set_max_nodes(cfg->diagram_max_nodes);
+    return st_engine_set_limits(&lim, eb);
+}
+
 /* strand-api --check-openapi: the route table against docs/openapi.json. */
 static int check_openapi(void)
 {
@@ -286,7 +300,8 @@ int main(int argc, char **argv)
     int command_workers = 0;
     if (!read_request_timeout() || !read_command_workers(&command_workers))
         return 2;
-    if (st_service_init(&svc, "api", 8080, &eb) != ST_OK) {
+    if (st_service_init(&svc, "api", 8080, &eb) != ST_OK ||
+        apply_engine_limits(&svc.cfg, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
         return 1;
     }

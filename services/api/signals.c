@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/request.h"
 #include "strand/signal.h"
@@ -80,6 +81,11 @@ static int parse_signal_args(const json_t *args, int need_name, const char **nam
     if (p != NULL && !json_is_null(p) && !json_is_object(p)) {
         st_answer_problem(out, 400, "invalid_field", "payload must be a JSON object", "/payload",
                           NULL);
+        return 0;
+    }
+    st_errbuf_t eb;
+    if (json_is_object(p) && st_engine_data_check(p, &eb) != ST_OK) {
+        st_answer_problem(out, 400, "limit_exceeded", eb.msg, "/payload", NULL);
         return 0;
     }
     if (rid != NULL && !json_is_null(rid) &&

@@ -14,6 +14,7 @@
 
 #include "api.h"
 #include "result_schema.h"
+#include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
@@ -186,6 +187,10 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
         return;
     }
     st_errbuf_t eb;
+    if (action == TASK_COMPLETE && json_is_object(result) && st_engine_data_check(result, &eb) != ST_OK) {
+        st_answer_problem(out, 400, "limit_exceeded", eb.msg, "/result", NULL);
+        return;
+    }
     PGresult *res = NULL;
     st_signal_t sig = {0};
     const char *lock_params[] = {id};

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/engine.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/request.h"
@@ -92,6 +93,11 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
                           "definition, external_ref, event and request_id are required strings;"
                           " version is a positive integer; payload an object",
                           field ? field : "", NULL);
+        return;
+    }
+    st_errbuf_t limit_eb;
+    if (json_is_object(payload) && st_engine_data_check(payload, &limit_eb) != ST_OK) {
+        st_answer_problem(out, 400, "limit_exceeded", limit_eb.msg, "/payload", NULL);
         return;
     }
     char version_text[16] = "", lock_key[400], id[37] = "";

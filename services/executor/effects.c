@@ -109,6 +109,10 @@ static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json
     const char *rs_params[] = {id};
     st_signal_t start;
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
+    /* The child's subworkflow depth (the engine bounds it) travels in START's payload. */
+    const json_t *depth = json_object_get(effect, "depth");
+    if (json_is_integer(depth))
+        start.payload = json_pack("{s:I}", "depth", json_integer_value(depth));
     err = st_pg_exec(conn, sql_child_insert, 7, params, NULL, eb);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_child_runtime, 1, rs_params, NULL, eb);

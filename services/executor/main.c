@@ -9,9 +9,29 @@
 
 #include "dispatcher.h"
 #include "executor.h"
+#include "strand/engine.h"
 #include "strand/log.h"
 #include "strand/outbox.h"
 #include "strand/service.h"
+#include "strand/util.h"
+
+/* The monotonic clock a run's wall-time budget is measured on. */
+static long long mono_ms(void)
+{
+    return (long long)(st_mono_s() * 1000.0);
+}
+
+/* Applies the engine limits of the configuration (docs/configuration.md). */
+static st_err_t apply_engine_limits(const st_config_t *cfg, st_errbuf_t *eb)
+{
+    st_engine_limits_t lim = {
+        .max_steps = cfg->run_max_steps, .max_work = cfg->run_max_work,
+        .max_run_ms = cfg->run_max_ms, .max_state_bytes = cfg->state_max_bytes,
+        .max_value_bytes = cfg->expr_max_value_bytes, .max_string = cfg->expr_max_string,
+        .max_data_depth = cfg->data_max_depth,
+        .max_subworkflow_depth = cfg->subworkflow_max_depth, .clock_ms = mono_ms};
+    return st_engine_set_limits(&lim, eb);
+}
 
 static int relay_ready(void *ctx)
 {
@@ -22,7 +42,8 @@ int main(void)
 {
     st_service_t svc;
     st_errbuf_t eb;
-    if (st_service_init(&svc, "executor", 8081, &eb) != ST_OK) {
+    if (st_service_init(&svc, "executor", 8081, &eb) != ST_OK ||
+        apply_engine_limits(&svc.cfg, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
         return 1;
     }

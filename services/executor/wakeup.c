@@ -338,7 +338,7 @@ static st_err_t buffer_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
 /* While the run left the instance waiting for a named signal that is buffered, feeds
  * it in (same transaction), accumulating effects. */
 static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_signal_t *sig,
-                                st_run_result_t *run, st_errbuf_t *eb)
+                                st_run_budget_t *budget, st_run_result_t *run, st_errbuf_t *eb)
 {
     for (int n = 0; n < MAX_BUFFERED_PER_WAKEUP && run->status == ST_RUN_WAITING; n++) {
         /* Every name any thread waits for: a process may wait on several queues. */
@@ -364,7 +364,8 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
                                   payload ? payload : json_object());
         PQclear(res);
         st_run_result_t next = {0};
-        err = st_interp_run(defn, run->snapshot, event, sig->instance_id, st_now_ms(), &next, eb);
+        err = st_interp_run_budget(defn, run->snapshot, event, sig->instance_id, st_now_ms(), budget,
+                                   &next, eb);
         /* A process's timeline records a buffered queue message when it is consumed. */
         if (err == ST_OK && strcmp(st_defn_kind(defn), "process") == 0)
             err = history_add_tx(conn, sig->instance_id, "command_result",
@@ -465,6 +466,7 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
     st_run_result_t run = {0};
+    st_run_budget_t budget = {0};   /* one budget for every run of this wake-up (engine.h) */
     PGresult *state = NULL;
     json_t *snapshot = NULL, *event = NULL, *globals = NULL;
     const json_t *globals_decl = NULL;
@@ -545,17 +547,20 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         else if (json_is_object(json_object_get(snapshot, "state")))
             json_object_update(json_object_get(snapshot, "state"), globals);
     }
-    if (snapshot == NULL && sig->type == ST_SIGNAL_EXTERNAL)
+    if (snapshot == NULL && sig->type == ST_SIGNAL_EXTERNAL) {
         err = ST_ERR_CONFLICT;   /* arrived before START ran: keep it */
-    else
-        err = st_interp_run(defn, snapshot, event, sig->instance_id, st_now_ms(), &run, eb);
+    } else {
+        st_run_budget_init(&budget);   /* from here: the lock waits before do not count */
+        err = st_interp_run_budget(defn, snapshot, event, sig->instance_id, st_now_ms(), &budget,
+                                   &run, eb);
+    }
     if (err == ST_ERR_CONFLICT && sig->type == ST_SIGNAL_EXTERNAL && sig->name[0]) {
         *outcome = ST_WAKE_BUFFERED;
         err = buffer_tx(conn, sig, eb);
         goto finish;
     }
     if (err == ST_OK)
-        err = drain_buffer_tx(conn, defn, sig, &run, eb);
+        err = drain_buffer_tx(conn, defn, sig, &budget, &run, eb);
     if (err == ST_ERR_STALE) {
         *outcome = ST_WAKE_STALE;
         err = drop_tx(conn, sig, *outcome, "StaleSignal",

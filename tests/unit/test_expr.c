@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "st_test.h"
+#include "strand/engine.h"
 #include "strand/expr.h"
 
 static json_t *scope;
@@ -166,7 +167,7 @@ static void test_bounds(void)
     json_t *saved = scope;
     scope = json_pack("{s:{s:s}}", "input", "s", big);
     CU_ASSERT_EQUAL(st_expr_eval_text("input.s + input.s", scope, &value, &eb), ST_ERR_LIMIT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "longer than the limit"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "string longer than 65536 bytes"));
     CU_ASSERT_EQUAL(st_expr_eval_text("len(input.s + 'y')", scope, &value, &eb), ST_OK);
     CU_ASSERT_EQUAL(json_integer_value(value), 40001);
     json_decref(value);
@@ -188,6 +189,97 @@ static void test_truthiness(void)
     json_decref(yes);
 }
 
+/* A plugin that fails with a message that merely mentions a limit: the code decides. */
+static json_t *fn_says_limit(json_t *const *a, int n, st_errbuf_t *eb)
+{
+    st_err_set(eb, ST_ERR_INVALID, "the value is over the customer's credit limit (bounds)");
+    return NULL;
+}
+
+/* A plugin that builds a string past the string limit. */
+static json_t *fn_huge(json_t *const *a, int n, st_errbuf_t *eb)
+{
+    size_t len = 200000;
+    char *s = malloc(len + 1);
+    memset(s, 'h', len);
+    s[len] = '\0';
+    json_t *r = json_string(s);
+    free(s);
+    return r;
+}
+
+/* Issue 21: every function and constructor that builds strings or arrays is bounded,
+ * evaluation is charged to a work budget, and ST_ERR_LIMIT is decided by code. */
+static void test_limits(void)
+{
+    st_errbuf_t eb;
+    json_t *value = NULL;
+    /* string() of a large value: refused before the text is built (was a 512 KB string). */
+    json_t *big = json_array();
+    for (int i = 0; i < 20000; i++)
+        json_array_append_new(big, json_string("abcdefghijklmnopqrstuvwxyz"));
+    json_t *sc = json_pack("{s:{s:o}}", "state", "x", big);
+    CU_ASSERT_EQUAL(st_expr_eval_text("string(state.x)", sc, &value, &eb), ST_ERR_LIMIT);
+    CU_ASSERT_PTR_NULL(value);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "string()"));
+    CU_ASSERT_EQUAL(st_expr_eval_text("'' + state.x", sc, &value, &eb), ST_ERR_LIMIT);
+    /* [x,x,...]: an array of eight copies of a 500 KB value is 4 MB as text. */
+    CU_ASSERT_EQUAL(st_expr_eval_text("[state.x, state.x, state.x, state.x, state.x, state.x,"
+                                      " state.x, state.x]", sc, &value, &eb), ST_ERR_LIMIT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_EXPR_MAX_VALUE_BYTES"));
+    CU_ASSERT_EQUAL(st_expr_eval_text("{a: state.x, b: state.x, c: state.x}", sc, &value, &eb),
+                    ST_ERR_LIMIT);
+    CU_ASSERT_EQUAL(st_expr_eval_text("[state.x]", sc, &value, &eb), ST_OK);   /* one copy fits */
+    json_decref(value);
+    value = NULL;
+    /* A function that hands back its argument built nothing: coalesce() of a long string. */
+    json_t *longs = json_array();
+    json_t *text = json_string_nocheck("");
+    char *buf = calloc(100001, 1);
+    memset(buf, 'z', 100000);
+    json_string_set(text, buf);
+    free(buf);
+    json_array_append_new(longs, text);
+    json_object_set_new(json_object_get(sc, "state"), "long", longs);
+    CU_ASSERT_EQUAL(st_expr_eval_text("coalesce(null, state.long[0])", sc, &value, &eb), ST_OK);
+    CU_ASSERT_EQUAL(json_string_length(value), 100000);
+    json_decref(value);
+    value = NULL;
+    CU_ASSERT_EQUAL(st_expr_eval_text("upper(state.long[0])", sc, &value, &eb), ST_ERR_LIMIT);
+    json_decref(sc);
+    /* A plugin's string is checked as well; a plugin's own failure keeps its code. */
+    CU_ASSERT_EQUAL(st_expr_register_fn("huge", 0, 0, fn_huge), ST_OK);
+    CU_ASSERT_EQUAL(st_expr_register_fn("says_limit", 0, 0, fn_says_limit), ST_OK);
+    CU_ASSERT_EQUAL(st_expr_eval_text("huge()", scope, &value, &eb), ST_ERR_LIMIT);
+    CU_ASSERT_EQUAL(st_expr_eval_text("says_limit()", scope, &value, &eb), ST_ERR_INVALID);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "credit limit"));
+    /* The work budget: a caller's counter runs out mid-expression. */
+    st_expr_t *e = NULL;
+    CU_ASSERT_EQUAL_FATAL(st_expr_parse("1 + 2 + 3 + 4 + 5 + 6 + 7 + 8", &e, &eb), ST_OK);
+    long long work = 100;
+    CU_ASSERT_EQUAL(st_expr_eval_counted(e, scope, &value, &work, &eb), ST_OK);
+    CU_ASSERT_EQUAL(work, 100 - 15);
+    json_decref(value);
+    value = NULL;
+    work = 5;
+    CU_ASSERT_EQUAL(st_expr_eval_counted(e, scope, &value, &work, &eb), ST_ERR_LIMIT);
+    CU_ASSERT_TRUE(work < 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_RUN_MAX_WORK"));
+    st_expr_free(e);
+    /* The string limit is a setting. */
+    st_engine_limits_t lim, saved = *st_engine_limits();
+    st_engine_limits_default(&lim);
+    lim.max_string = 64;
+    CU_ASSERT_EQUAL(st_engine_set_limits(&lim, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_expr_eval_text("upper(input.name) + '0123456789012345678901234567890123456789"
+                                      "0123456789012345678901234567890123456789'", scope, &value, &eb),
+                    ST_ERR_LIMIT);
+    lim.max_string = 1;
+    CU_ASSERT_EQUAL(st_engine_set_limits(&lim, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "max_string"));
+    CU_ASSERT_EQUAL(st_engine_set_limits(&saved, &eb), ST_OK);
+}
+
 static void setup(void)
 {
     json_error_t jerr;
@@ -207,6 +299,7 @@ static void test_all(void)
     test_errors();
     test_bounds();
     test_truthiness();
+    test_limits();
     json_decref(scope);
 }
 

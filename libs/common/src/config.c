@@ -70,6 +70,16 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_DEDUP_RETENTION_S", 7 * 86400, 3600, INT_MAX, dedup_retention_s);
     INT("STRAND_HTTP_MAX_BODY", 1 << 20, 1024, 64 << 20, max_body_bytes);
     INT("STRAND_PG_PREPARED", 1, 0, 1, pg_prepared);
+    /* Engine limits: the ranges are st_engine_set_limits()'s (libs/engine/src/limits.c). */
+    INT("STRAND_RUN_MAX_STEPS", 100000, 10, 100000000, run_max_steps);
+    INT("STRAND_RUN_MAX_WORK", 2000000, 1000, INT_MAX, run_max_work);
+    INT("STRAND_RUN_MAX_MS", 2000, 10, 3600000, run_max_ms);
+    INT("STRAND_STATE_MAX_BYTES", 4 << 20, 1024, 1 << 30, state_max_bytes);
+    INT("STRAND_EXPR_MAX_VALUE_BYTES", 1 << 20, 1024, 1 << 30, expr_max_value_bytes);
+    INT("STRAND_EXPR_MAX_STRING", 65536, 64, 1 << 30, expr_max_string);
+    INT("STRAND_DATA_MAX_DEPTH", 64, 4, 1000, data_max_depth);
+    INT("STRAND_SUBWORKFLOW_MAX_DEPTH", 10, 0, 1000, subworkflow_max_depth);
+    INT("STRAND_DIAGRAM_MAX_NODES", 500, 10, 2000, diagram_max_nodes);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error"};

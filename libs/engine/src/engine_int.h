@@ -3,7 +3,6 @@
 #define STRAND_ENGINE_INT_H
 
 #define ST_MAX_LOOP 100000          /* iterations of one while/repeat */
-#define ST_MAX_STEPS_PER_RUN 100000 /* steps one run may execute before failing */
 #define ST_MAX_THREADS 256          /* parallel branches alive in one instance */
 #define ST_MAX_DURATION_MS (10LL * 365 * 86400000)  /* longest delay, timeout or deadline */
 #define ST_MAX_EPOCH_MS 4102444800000LL              /* 2100-01-01: latest timer "until" */
@@ -24,5 +23,12 @@ st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_
  * step form (new reference), which the flow interpreter runs. */
 void st_process_validate(const json_t *doc, json_t *problems);
 json_t *st_process_canonical(const json_t *doc);
+
+/* limits.c: the JSON size of `v` (about the length of its compact JSON text) and its
+ * nesting depth, measured until either passes its limit. Each value visited costs one
+ * unit of *work (NULL: not counted). Returns 1 when within both limits, 0 when not;
+ * *too_deep tells which (may be NULL). */
+int st_value_fits(const json_t *v, long long max_bytes, int max_depth, long long *work,
+                  int *too_deep);
 
 #endif

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_int.h"
+
 typedef enum {
     N_LITERAL, N_NAME, N_MEMBER, N_INDEX, N_CALL, N_UNARY, N_BINARY, N_COND,
     N_ARRAY, N_OBJECT
@@ -442,13 +444,23 @@ int st_expr_truthy(const json_t *v)
     return 0;
 }
 
-/* Text of a value for string concatenation: strings as they are, others as JSON. */
+/* The code of a built-in's failure: functions return NULL after st_err_set(), and a
+ * built-in that fails on a limit says so here (reset before every call), so that the
+ * evaluation returns ST_ERR_LIMIT by code, not by its message. */
+static __thread st_err_t fn_code;
+
+/* Text of a value for string concatenation: strings as they are, others as JSON.
+ * NULL when the JSON text would pass the string limit (nothing is built then).
+ * Caller frees. */
 static char *to_text(const json_t *v)
 {
     if (json_is_string(v))
         return strdup(json_string_value(v));
     if (json_is_null(v))
         return strdup("");
+    const st_engine_limits_t *lim = st_engine_limits();
+    if (!st_value_fits(v, lim->max_string, lim->max_data_depth, NULL, NULL))
+        return NULL;
     return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
@@ -540,7 +552,14 @@ static json_t *fn_number(json_t *const *a, int n, st_errbuf_t *eb)
 static json_t *fn_string(json_t *const *a, int n, st_errbuf_t *eb)
 {
     char *s = to_text(a[0]);
-    json_t *r = json_string(s ? s : "");
+    if (s == NULL || (long long)strlen(s) > st_engine_limits()->max_string) {
+        free(s);
+        fn_code = ST_ERR_LIMIT;
+        st_err_set(eb, ST_ERR_LIMIT, "string() would build a string longer than %lld bytes",
+                   st_engine_limits()->max_string);
+        return NULL;
+    }
+    json_t *r = json_string(s);
     free(s);
     return r;
 }
@@ -650,6 +669,8 @@ st_err_t st_expr_register_fn(const char *name, int min_args, int max_args, st_ex
 typedef struct {
     const json_t *scope;
     int steps;
+    long long *work;       /* units left in the run's budget; below 0: exhausted */
+    st_err_t err;          /* code of the failure, set with its message */
     st_errbuf_t *eb;
 } eval_t;
 
@@ -658,6 +679,7 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth);
 static json_t *eval_fail(eval_t *ev, st_err_t err, const char *msg, const char *detail)
 {
     st_err_set(ev->eb, err, msg, detail ? detail : "");
+    ev->err = err;
     return NULL;
 }
 
@@ -665,10 +687,14 @@ static json_t *arith(eval_t *ev, int op, json_t *l, json_t *r)
 {
     if (op == '+' && (json_is_string(l) || json_is_string(r))) {
         char *a = to_text(l), *b = to_text(r);
-        size_t la = strlen(a), lb = strlen(b);
+        size_t la = a ? strlen(a) : 0, lb = b ? strlen(b) : 0;
         json_t *out = NULL;
-        if (la + lb > ST_EXPR_MAX_STRING) {
-            eval_fail(ev, ST_ERR_LIMIT, "string longer than the limit%s", NULL);
+        *ev->work -= (long long)(la + lb) / 256;
+        if (a == NULL || b == NULL || (long long)(la + lb) > st_engine_limits()->max_string) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "string longer than %lld bytes (STRAND_EXPR_MAX_STRING)",
+                     st_engine_limits()->max_string);
+            eval_fail(ev, ST_ERR_LIMIT, "%s", msg);
         } else {
             char *s = malloc(la + lb + 1);
             memcpy(s, a, la);
@@ -757,8 +783,36 @@ static json_t *compare(eval_t *ev, int op, json_t *l, json_t *r)
     }
 }
 
+/* Checks a value an expression built (an array, an object, a function's result)
+ * against the string and value limits; the measure is charged to the work budget.
+ * Returns `v` or NULL (with `v` released and the error set). */
+static json_t *built(eval_t *ev, json_t *v, const char *what)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    char msg[160];
+    int too_deep = 0;
+    if (json_is_string(v) && (long long)json_string_length(v) > lim->max_string) {
+        snprintf(msg, sizeof msg, "%s built a string longer than %lld bytes (STRAND_EXPR_MAX_STRING)",
+                 what, lim->max_string);
+    } else if ((json_is_array(v) || json_is_object(v)) &&
+               !st_value_fits(v, lim->max_value_bytes, lim->max_data_depth, ev->work, &too_deep)) {
+        if (too_deep)
+            snprintf(msg, sizeof msg, "%s built a value nested deeper than %d levels (STRAND_DATA_MAX_DEPTH)",
+                     what, lim->max_data_depth);
+        else
+            snprintf(msg, sizeof msg, "%s built a value larger than %lld bytes as JSON (STRAND_EXPR_MAX_VALUE_BYTES)",
+                     what, lim->max_value_bytes);
+    } else {
+        return v;
+    }
+    json_decref(v);
+    return eval_fail(ev, ST_ERR_LIMIT, "%s", msg);
+}
+
 static json_t *eval(eval_t *ev, const node_t *n, int depth)
 {
+    if (--*ev->work < 0)
+        return eval_fail(ev, ST_ERR_LIMIT, "the run spent its expression work budget (STRAND_RUN_MAX_WORK)%s", NULL);
     if (++ev->steps > ST_EXPR_MAX_NODES * 4 || depth > ST_EXPR_MAX_DEPTH * 2)
         return eval_fail(ev, ST_ERR_LIMIT, "expression evaluation exceeded its bounds%s", NULL);
     switch (n->kind) {
@@ -818,9 +872,23 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth)
         for (; got < n->nargs; got++)
             if ((args[got] = eval(ev, n->args[got], depth + 1)) == NULL)
                 break;
-        json_t *out = got == n->nargs ? f->fn(args, n->nargs, ev->eb) : NULL;
-        for (int i = 0; i < got; i++)
+        json_t *out = NULL;
+        if (got == n->nargs) {
+            fn_code = ST_ERR_INVALID;
+            out = f->fn(args, n->nargs, ev->eb);
+            if (out == NULL)
+                ev->err = fn_code;
+        }
+        int passed_through = 0;   /* coalesce(x) returns x: nothing was built */
+        for (int i = 0; i < got; i++) {
+            passed_through |= out == args[i];
             json_decref(args[i]);
+        }
+        if (out != NULL && !passed_through) {
+            char what[48];
+            snprintf(what, sizeof what, "%s()", n->name);
+            out = built(ev, out, what);
+        }
         return out;
     }
     case N_UNARY: {
@@ -892,7 +960,7 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth)
             }
             json_array_append_new(arr, v);
         }
-        return arr;
+        return built(ev, arr, "an array");
     }
     case N_OBJECT: {
         json_t *obj = json_object();
@@ -904,27 +972,33 @@ static json_t *eval(eval_t *ev, const node_t *n, int depth)
             }
             json_object_set_new(obj, n->keys[i], v);
         }
-        return obj;
+        return built(ev, obj, "an object");
     }
     }
     return eval_fail(ev, ST_ERR_INTERNAL, "unknown node%s", NULL);
 }
 
-st_err_t st_expr_eval(const st_expr_t *expr, const json_t *scope, json_t **value,
-                      st_errbuf_t *eb)
+st_err_t st_expr_eval_counted(const st_expr_t *expr, const json_t *scope, json_t **value,
+                              long long *work, st_errbuf_t *eb)
 {
     st_errbuf_t local;
-    eval_t ev = {scope, 0, eb ? eb : &local};
+    eval_t ev = {scope, 0, work, ST_ERR_INVALID, eb ? eb : &local};
     ev.eb->msg[0] = '\0';
     json_t *v = eval(&ev, expr->root, 0);
     if (v == NULL) {
         if (ev.eb->msg[0] == '\0')
             st_err_set(ev.eb, ST_ERR_INVALID, "the expression has no value");
-        return strstr(ev.eb->msg, "bounds") || strstr(ev.eb->msg, "limit") ? ST_ERR_LIMIT
-                                                                           : ST_ERR_INVALID;
+        return ev.err == ST_ERR_LIMIT ? ST_ERR_LIMIT : ST_ERR_INVALID;
     }
     *value = v;
     return ST_OK;
+}
+
+st_err_t st_expr_eval(const st_expr_t *expr, const json_t *scope, json_t **value,
+                      st_errbuf_t *eb)
+{
+    long long work = st_engine_limits()->max_work;
+    return st_expr_eval_counted(expr, scope, value, &work, eb);
 }
 
 st_err_t st_expr_eval_text(const char *text, const json_t *scope, json_t **value,

@@ -36,7 +36,8 @@ typedef struct {
     const json_t *event;   /* borrowed */
     const char *instance_id;
     long long now_ms;
-    int steps;
+    st_run_budget_t *budget; /* what the wake-up has left (steps, work units, time) */
+    const char *code;      /* error code for fail_step() when a limit failed the step */
     int ended;             /* completed or failed */
     st_errbuf_t *eb;
 } run_t;
@@ -88,10 +89,15 @@ static json_t *eval_value(run_t *r, const json_t *field)
         return json_null();
     if (!json_is_string(field))
         return json_deep_copy(field);
-    json_t *scope = scope_of(r);
+    st_expr_t *expr = NULL;
     json_t *out = NULL;
-    st_expr_eval_text(json_string_value(field), scope, &out, r->eb);
+    if (st_expr_parse(json_string_value(field), &expr, r->eb) != ST_OK)
+        return NULL;
+    json_t *scope = scope_of(r);
+    if (st_expr_eval_counted(expr, scope, &out, &r->budget->work_left, r->eb) == ST_ERR_LIMIT)
+        r->code = r->budget->work_left < 0 ? "budget_exceeded" : "value_too_large";
     json_decref(scope);
+    st_expr_free(expr);
     return out;
 }
 
@@ -131,6 +137,34 @@ static json_t *eval_map(run_t *r, const json_t *map)
         return out;
     }
     return json_deep_copy(map);
+}
+
+/* Checks a value a step is about to store or send (state, a task payload, a call
+ * request, a child's input, an output) against the state size and data depth limits.
+ * Returns `v`, or NULL with `v` released, eb and r->code set. */
+static json_t *checked(run_t *r, json_t *v)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    int too_deep = 0;
+    if (v == NULL || st_value_fits(v, lim->max_state_bytes, lim->max_data_depth, &r->budget->work_left, &too_deep))
+        return v;
+    json_decref(v);
+    if (too_deep) {
+        r->code = "data_too_deep";
+        st_err_set(r->eb, ST_ERR_LIMIT, "the step built data nested deeper than %d levels (STRAND_DATA_MAX_DEPTH)",
+                   lim->max_data_depth);
+    } else {
+        r->code = "state_too_large";
+        st_err_set(r->eb, ST_ERR_LIMIT, "the step built data larger than %lld bytes as JSON (STRAND_STATE_MAX_BYTES)",
+                   lim->max_state_bytes);
+    }
+    return NULL;
+}
+
+/* eval_map() for data that is kept or sent out: checked(). */
+static json_t *eval_data(run_t *r, const json_t *map)
+{
+    return checked(r, eval_map(r, map));
 }
 
 /* Evaluates a duration (or, with `max` = ST_MAX_EPOCH_MS, a point in time) in ms. */
@@ -187,12 +221,13 @@ static void end_instance(run_t *r, const char *status, json_t *output, json_t *e
     r->ended = 1;
 }
 
-/* Fails the instance with the message in r->eb and the step's pointer. */
+/* Fails the instance with the message in r->eb and the step's pointer; the code is
+ * the limit's (r->code) when a limit failed the step, else step_failed. */
 static void fail_step(run_t *r, const char *step_path)
 {
     end_instance(r, "failed", NULL,
-                 json_pack("{s:s, s:s, s:s}", "code", "step_failed", "message", r->eb->msg,
-                           "step", step_path));
+                 json_pack("{s:s, s:s, s:s}", "code", r->code ? r->code : "step_failed",
+                           "message", r->eb->msg, "step", step_path));
 }
 
 static json_t *threads(run_t *r)
@@ -225,7 +260,7 @@ static void wait_on(json_t *thread, json_t *wait)
 static void start_call(run_t *r, json_t *thread, const json_t *step, const char *step_path,
                        int attempt, long long visit)
 {
-    json_t *request = eval_map(r, json_object_get(step, "request"));
+    json_t *request = eval_data(r, json_object_get(step, "request"));
     int ok = 1;
     long long timeout = json_object_get(step, "timeout") ? eval_ms(r, json_object_get(step, "timeout"), &ok, ST_MAX_DURATION_MS)
                                                          : 30000;
@@ -338,7 +373,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
     const char *type = str0(step, "type");
     char p[560];
     if (strcmp(type, "set") == 0) {
-        json_t *values = eval_map(r, json_object_get(step, "values"));
+        json_t *values = eval_data(r, json_object_get(step, "values"));
         if (values == NULL) {
             fail_step(r, step_path);
             return STEP_NEXT;
@@ -400,7 +435,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                                          "iteration", 1, "times", (json_int_t)times));
         }
     } else if (strcmp(type, "task") == 0) {
-        json_t *payload = eval_map(r, json_object_get(step, "payload"));
+        json_t *payload = eval_data(r, json_object_get(step, "payload"));
         int ok = 1;
         long long deadline = json_object_get(step, "deadline")
                                  ? eval_ms(r, json_object_get(step, "deadline"), &ok, ST_MAX_DURATION_MS) : -1;
@@ -461,15 +496,26 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
         start_call(r, thread, step, step_path, 1, 0);
         return r->ended ? STEP_NEXT : STEP_WAIT;
     } else if (strcmp(type, "subworkflow") == 0) {
-        json_t *input = eval_map(r, json_object_get(step, "input"));
+        json_t *input = eval_data(r, json_object_get(step, "input"));
         if (input == NULL) {
+            fail_step(r, step_path);
+            return STEP_NEXT;
+        }
+        /* A child's depth is its parent's + 1: a definition that starts itself (directly
+         * or through others) stops at the limit instead of recursing without end. */
+        json_int_t depth = json_integer_value(json_object_get(r->snap, "depth")) + 1;
+        if (depth > st_engine_limits()->max_subworkflow_depth) {
+            json_decref(input);
+            r->code = "subworkflow_depth_exceeded";
+            st_err_set(r->eb, ST_ERR_LIMIT, "a subworkflow would be %lld levels deep, more than %d (STRAND_SUBWORKFLOW_MAX_DEPTH)",
+                       (long long)depth, st_engine_limits()->max_subworkflow_depth);
             fail_step(r, step_path);
             return STEP_NEXT;
         }
         char token[160];
         new_token(r, token, sizeof token);
-        json_t *e = json_pack("{s:s, s:s, s:o, s:s}", "type", "start_child", "definition",
-                              str(step, "definition"), "input", input, "token", token);
+        json_t *e = json_pack("{s:s, s:s, s:o, s:s, s:I}", "type", "start_child", "definition",
+                              str(step, "definition"), "input", input, "token", token, "depth", depth);
         if (json_object_get(step, "version"))
             json_object_set(e, "version", json_object_get(step, "version"));
         effect(r, e);
@@ -501,7 +547,7 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
                                   "children", children, "mode", join ? join : "all", "finished", 0));
         return STEP_WAIT;
     } else if (strcmp(type, "merge") == 0) {
-        json_t *from = eval_value(r, json_object_get(step, "from"));
+        json_t *from = checked(r, eval_value(r, json_object_get(step, "from")));
         const char *k;
         json_t *v;
         if (from != NULL && !json_is_null(from) && !json_is_object(from))
@@ -529,13 +575,13 @@ static step_outcome_t exec_step(run_t *r, json_t *thread, const json_t *step,
     } else if (strcmp(type, "goto") == 0 || strcmp(type, "spawn") == 0) {
         return exec_goto(r, thread, step, step_path);
     } else if (strcmp(type, "complete") == 0) {
-        json_t *output = eval_map(r, json_object_get(step, "output"));
+        json_t *output = eval_data(r, json_object_get(step, "output"));
         if (output == NULL)
             fail_step(r, step_path);
         else
             end_instance(r, "completed", output, NULL);
     } else if (strcmp(type, "fail") == 0) {
-        json_t *error = eval_map(r, json_object_get(step, "error"));
+        json_t *error = eval_data(r, json_object_get(step, "error"));
         if (error == NULL)
             fail_step(r, step_path);
         else
@@ -592,6 +638,25 @@ static void branch_done(run_t *r, json_t *t)
     json_object_set_new(parent, "wait", json_null());
 }
 
+/* True (with eb and r->code set) when the run has spent its budget: steps, expression
+ * work units or wall time (st_engine_limits()). One more step is counted per call. */
+static int over_budget(run_t *r)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    if (--r->budget->steps_left < 0)
+        st_err_set(r->eb, ST_ERR_LIMIT, "more than %lld steps in one run (STRAND_RUN_MAX_STEPS; a loop without a wait?)",
+                   lim->max_steps);
+    else if (r->budget->work_left < 0)
+        st_err_set(r->eb, ST_ERR_LIMIT, "the run spent more than %lld expression work units (STRAND_RUN_MAX_WORK)",
+                   lim->max_work);
+    else if (r->budget->deadline_ms > 0 && lim->clock_ms != NULL && lim->clock_ms() > r->budget->deadline_ms)
+        st_err_set(r->eb, ST_ERR_LIMIT, "the run took longer than %lld ms (STRAND_RUN_MAX_MS)", lim->max_run_ms);
+    else
+        return 0;
+    r->code = "budget_exceeded";
+    return 1;
+}
+
 /* Runs one thread until it waits or its stack empties. */
 static void run_thread(run_t *r, json_t *thread)
 {
@@ -616,13 +681,14 @@ static void run_thread(run_t *r, json_t *thread)
             }
             return;
         }
-        if (++r->steps > ST_MAX_STEPS_PER_RUN) {
-            st_err_set(r->eb, ST_ERR_LIMIT, "more than %d steps in one run (a loop without a wait?)",
-                       ST_MAX_STEPS_PER_RUN);
-            fail_step(r, "");
+        json_t *frame = json_array_get(stack, depth - 1);
+        if (over_budget(r)) {
+            char at[560];
+            snprintf(at, sizeof at, "%s/%lld", str0(frame, "path"),
+                     (long long)json_integer_value(json_object_get(frame, "index")));
+            fail_step(r, at);
             return;
         }
-        json_t *frame = json_array_get(stack, depth - 1);
         const char *path = str(frame, "path");
         const json_t *list = resolve(r, path);
         json_int_t index = json_integer_value(json_object_get(frame, "index"));
@@ -786,6 +852,59 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
 
 /* ---- the entry point ------------------------------------------------------------------ */
 
+/* Data entering from outside (a START input, an event's payload) must fit the depth and
+ * size limits before it is stored: too deep a value would be stored but could not be
+ * read back. Returns 1 when it fits; else fails the instance (at `step_path`), 0;
+ * `is_input`: `data` is the START input, which the failed snapshot then leaves out. */
+static int entry_check(run_t *r, const json_t *data, int is_input, const char *step_path)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    int too_deep = 0;
+    /* An event's payload wraps the data in up to two levels ({result: {ok, body}} of a
+     * call, {result} of a task, {status, output} of a child): those do not count. */
+    int max_depth = lim->max_data_depth + (is_input ? 0 : 2);
+    if (st_value_fits(data, lim->max_state_bytes, max_depth, &r->budget->work_left, &too_deep))
+        return 1;
+    if (is_input)
+        json_object_set_new(r->snap, "input", json_object());   /* never store what failed */
+    if (too_deep) {
+        r->code = "data_too_deep";
+        st_err_set(r->eb, ST_ERR_LIMIT, "the %s is nested deeper than %d levels (STRAND_DATA_MAX_DEPTH)",
+                   is_input ? "input" : "event's payload",
+                   lim->max_data_depth);
+    } else {
+        r->code = "state_too_large";
+        st_err_set(r->eb, ST_ERR_LIMIT, "the data is larger than %lld bytes as JSON (STRAND_STATE_MAX_BYTES)",
+                   lim->max_state_bytes);
+    }
+    fail_step(r, step_path);
+    return 0;
+}
+
+/* After the run: the whole snapshot must fit the state limit (each stored value was
+ * checked, but many may add up). An instance over it fails, and its state is dropped
+ * so that what is stored stays small. */
+static void check_snapshot_size(run_t *r)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    long long work = 0;
+    int too_deep = 0;
+    if (st_value_fits(r->snap, lim->max_state_bytes, lim->max_data_depth + 8, &work, &too_deep))
+        return;
+    json_object_set_new(r->snap, "state", json_object());
+    json_object_set_new(r->snap, "output", json_null());
+    json_array_clear(r->effects);   /* nothing of this run goes out */
+    r->ended = 0;
+    if (too_deep)
+        st_err_set(r->eb, ST_ERR_LIMIT, "the instance's data is nested deeper than %d levels (STRAND_DATA_MAX_DEPTH)",
+                   lim->max_data_depth);
+    else
+        st_err_set(r->eb, ST_ERR_LIMIT, "the instance's snapshot grew past %lld bytes as JSON (STRAND_STATE_MAX_BYTES)",
+                   lim->max_state_bytes);
+    r->code = too_deep ? "data_too_deep" : "state_too_large";
+    fail_step(r, "");
+}
+
 static void finish_snapshot(run_t *r)
 {
     if (r->ended) {
@@ -822,13 +941,30 @@ static void finish_snapshot(run_t *r)
         json_object_set_new(r->snap, "status", json_string(json_is_null(display) ? "running" : "waiting"));
 }
 
+void st_run_budget_init(st_run_budget_t *budget)
+{
+    const st_engine_limits_t *lim = st_engine_limits();
+    budget->steps_left = lim->max_steps;
+    budget->work_left = lim->max_work;
+    budget->deadline_ms = lim->clock_ms ? lim->clock_ms() + lim->max_run_ms : 0;
+}
+
 st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
                        const char *instance_id, long long now_ms, st_run_result_t *result,
                        st_errbuf_t *eb)
 {
+    st_run_budget_t budget;
+    st_run_budget_init(&budget);
+    return st_interp_run_budget(defn, snapshot, event, instance_id, now_ms, &budget, result, eb);
+}
+
+st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                              const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                              st_run_result_t *result, st_errbuf_t *eb)
+{
     st_errbuf_t local;
     run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
-               .eb = eb ? eb : &local, .effects = json_array()};
+               .eb = eb ? eb : &local, .effects = json_array(), .budget = budget};
     memset(result, 0, sizeof *result);
     if (strcmp(st_defn_kind(defn), "lifecycle") == 0) {
         json_decref(r.effects);
@@ -854,6 +990,11 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
                            "threads", "id", 0, "parent", "wait", "stack", "path", "/steps",
                            "index", 0, "done", 0, "seq", 0, "next_thread", 1, "waiting",
                            "output", "error");
+        /* A child started by a subworkflow step carries its depth in START's payload. */
+        const json_t *depth = json_object_get(json_object_get(event, "payload"), "depth");
+        if (json_is_integer(depth) && json_integer_value(depth) > 0)
+            json_object_set_new(r.snap, "depth", json_integer(json_integer_value(depth)));
+        entry_check(&r, input, 1, "/steps/0");
     } else {
         const char *status = str(snapshot, "status");
         st_err_t bad = st_snapshot_check(defn, snapshot, r.eb);
@@ -875,7 +1016,8 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
             err = token == NULL && strcmp(type, "SIGNAL") == 0 && name != NULL
                       ? st_err_set(r.eb, ST_ERR_CONFLICT, "the instance does not wait for signal '%s' now", name)
                       : st_err_set(r.eb, ST_ERR_STALE, "no current wait has this token");
-        } else {
+        } else if (entry_check(&r, json_object_get(event, "payload"), 0,
+                               str0(json_object_get(thread, "wait"), "step"))) {
             err = resume(&r, thread, type);
             if (err == ST_ERR_STALE)
                 st_err_set(r.eb, ST_ERR_STALE, "a %s event does not answer a %s wait", type,
@@ -888,6 +1030,7 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
         return err;
     }
     run_all(&r);
+    check_snapshot_size(&r);
     finish_snapshot(&r);
     const char *status = str(r.snap, "status");
     result->status = strcmp(status, "completed") == 0 ? ST_RUN_COMPLETED

@@ -30,6 +30,16 @@ typedef struct {
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
     int pg_prepared;           /* STRAND_PG_PREPARED: 1 = prepared statements, 0 = off */
+    /* Engine limits (docs/configuration.md, "Engine limits"; engine.h st_engine_limits_t) */
+    int run_max_steps;         /* STRAND_RUN_MAX_STEPS: steps one run may execute */
+    int run_max_work;          /* STRAND_RUN_MAX_WORK: expression work units per run */
+    int run_max_ms;            /* STRAND_RUN_MAX_MS: wall time of one run */
+    int state_max_bytes;       /* STRAND_STATE_MAX_BYTES: snapshot and stored values */
+    int expr_max_value_bytes;  /* STRAND_EXPR_MAX_VALUE_BYTES: one built array/object */
+    int expr_max_string;       /* STRAND_EXPR_MAX_STRING: one built string */
+    int data_max_depth;        /* STRAND_DATA_MAX_DEPTH: nesting of stored data */
+    int subworkflow_max_depth; /* STRAND_SUBWORKFLOW_MAX_DEPTH: levels of children */
+    int diagram_max_nodes;     /* STRAND_DIAGRAM_MAX_NODES: largest diagram the API draws */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.

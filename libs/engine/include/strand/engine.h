@@ -1,8 +1,9 @@
 /*
  * engine.h - the engine core: canonical definitions and the run-to-wait interpreter.
  *
- * A pure library: no I/O, no clocks (time comes in as an argument), no globals beyond
- * the function catalog. Services compile a definition document once (st_defn_compile)
+ * A pure library: no I/O, no clocks (time comes in as an argument; the wall-time budget
+ * reads a clock the service installs), no globals beyond the function catalog and the
+ * limits (both set at start-up). Services compile a definition document once (st_defn_compile)
  * and run instances against it (st_interp_run): given the stored snapshot and one
  * event, the interpreter runs until the instance must wait or ends, and returns the
  * new snapshot plus the effects the service must persist in the same transaction.
@@ -64,6 +65,25 @@ st_err_t st_interp_run(const st_defn_t *defn, const json_t *snapshot, const json
                        const char *instance_id, long long now_ms,
                        st_run_result_t *result, st_errbuf_t *eb);
 
+/* What one wake-up may still spend (st_engine_limits()): steps, expression work units
+ * and wall time. A service that runs several events in one wake-up (a START, then the
+ * buffered signals it waits for) shares one budget between the runs, so the limits
+ * bound the wake-up, not each run. */
+typedef struct {
+    long long steps_left;
+    long long work_left;
+    long long deadline_ms;   /* on st_engine_limits()->clock_ms; 0: no wall-time limit */
+} st_run_budget_t;
+
+/* Fills a fresh budget from the limits in force (the deadline from their clock, now). */
+void st_run_budget_init(st_run_budget_t *budget);
+
+/* st_interp_run() drawing on `budget` (borrowed, updated): a run that finds it spent
+ * fails its instance with budget_exceeded. st_interp_run() is this with a fresh one. */
+st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, const json_t *event,
+                              const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                              st_run_result_t *result, st_errbuf_t *eb);
+
 /* Releases both JSON values and zeroes the result. */
 void st_run_result_close(st_run_result_t *result);
 
@@ -77,6 +97,42 @@ st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_err
  * on several queues at once; deliver a buffered signal whose name is in this list.
  * Caller decrefs the new array. */
 json_t *st_snapshot_waiting_signals(const json_t *snapshot);
+
+/* ---- limits (docs/configuration.md, "Engine limits") ---------------------------------
+ *
+ * Every run is bounded: a run that reaches a limit fails its instance with a clear
+ * error code (budget_exceeded, value_too_large, state_too_large, data_too_deep,
+ * subworkflow_depth_exceeded) instead of holding its worker. The limits are process-wide
+ * settings: services set them once at start-up from their configuration. */
+typedef struct {
+    long long max_steps;         /* steps one run may execute (STRAND_RUN_MAX_STEPS) */
+    long long max_work;          /* expression work units one run may spend (STRAND_RUN_MAX_WORK) */
+    long long max_run_ms;        /* wall time of one run, checked between steps
+                                  * (STRAND_RUN_MAX_MS); needs clock_ms */
+    long long max_state_bytes;   /* JSON size of the snapshot, and of any value stored in
+                                  * it or sent out by a step (STRAND_STATE_MAX_BYTES) */
+    long long max_value_bytes;   /* JSON size of one array or object an expression builds
+                                  * (STRAND_EXPR_MAX_VALUE_BYTES) */
+    long long max_string;        /* longest string an expression builds (STRAND_EXPR_MAX_STRING) */
+    int max_data_depth;          /* nesting of arrays/objects in data (STRAND_DATA_MAX_DEPTH) */
+    int max_subworkflow_depth;   /* children below a root instance (STRAND_SUBWORKFLOW_MAX_DEPTH) */
+    long long (*clock_ms)(void); /* monotonic clock for max_run_ms; NULL: no wall-time limit */
+} st_engine_limits_t;
+
+/* The defaults (safe for a shared executor); see docs/configuration.md. */
+void st_engine_limits_default(st_engine_limits_t *out);
+
+/* Replaces the process-wide limits (copied). ST_ERR_CONFIG when a value is out of its
+ * range (named in `eb`). Not thread-safe: call at start-up, before any run. */
+st_err_t st_engine_set_limits(const st_engine_limits_t *limits, st_errbuf_t *eb);
+
+/* The limits in force; borrowed, static storage. */
+const st_engine_limits_t *st_engine_limits(void);
+
+/* Checks data entering the engine from outside (a start input, a signal payload, a task
+ * or call result) against max_data_depth and max_state_bytes. ST_ERR_LIMIT with a
+ * message naming the limit when it does not fit; the API answers 400 with it. */
+st_err_t st_engine_data_check(const json_t *value, st_errbuf_t *eb);
 
 #define ST_SNAPSHOT_SCHEMA_VERSION 1
 

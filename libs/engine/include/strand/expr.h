@@ -17,7 +17,8 @@
 
 #define ST_EXPR_MAX_DEPTH 64        /* nesting of sub-expressions */
 #define ST_EXPR_MAX_NODES 4096      /* size of one parsed expression */
-#define ST_EXPR_MAX_STRING 65536    /* longest string a step may build */
+#define ST_EXPR_MAX_STRING 65536    /* default of the string limit (STRAND_EXPR_MAX_STRING,
+                                     * st_engine_limits()->max_string) */
 #define ST_EXPR_MAX_ARGS 8
 
 typedef struct st_expr st_expr_t;
@@ -29,9 +30,16 @@ void st_expr_free(st_expr_t *expr);
 
 /* Evaluates against `scope` (an object whose members are the root names, borrowed).
  * On success *value is a new reference (caller decrefs). Errors (ST_ERR_INVALID for
- * type errors, ST_ERR_LIMIT for bounds) carry a message in `eb`. */
+ * type errors, ST_ERR_LIMIT for bounds: nodes, depth, the string and value limits of
+ * st_engine_limits()) carry a message in `eb`. */
 st_err_t st_expr_eval(const st_expr_t *expr, const json_t *scope, json_t **value,
                       st_errbuf_t *eb);
+
+/* As st_expr_eval(), charging one unit per node evaluated (and per value measured
+ * against the size limits) to *work, the units left in the caller's budget; when
+ * *work falls below 0 the evaluation fails with ST_ERR_LIMIT. */
+st_err_t st_expr_eval_counted(const st_expr_t *expr, const json_t *scope, json_t **value,
+                              long long *work, st_errbuf_t *eb);
 
 /* Parses and evaluates in one call. */
 st_err_t st_expr_eval_text(const char *text, const json_t *scope, json_t **value,
