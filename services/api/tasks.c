@@ -6,7 +6,10 @@
  * also enqueues a TASK_COMPLETED signal carrying the task's waiting token, so a
  * completion that races a newer wait (or a second completion) is dropped as stale.
  * State machine: open -> assigned (assign) -> open (release); open|assigned ->
- * completed (complete); open|assigned -> cancelled (instance cancelled, executor).
+ * completed (complete); open|assigned -> cancelled (the executor, with a task event,
+ * when the instance ends or the task's branch is abandoned: strand/tree.h). A
+ * cancelled task refuses every action with 409 task_cancelled. Only admins act on a
+ * task assigned to someone else, taking it included (403 forbidden).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,7 +211,7 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     const char *holder = PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1);
     const char *target = assignee ? json_string_value(assignee) : who->name;
     if (!may || (!admin && action == TASK_ASSIGN && strcmp(target, who->name) != 0) ||
-        (!admin && action != TASK_ASSIGN && holder != NULL && strcmp(holder, who->name) != 0)) {
+        (!admin && holder != NULL && strcmp(holder, who->name) != 0)) {
         st_answer_problem(out, 403, "forbidden",
                           may ? "the task is assigned to someone else"
                               : "the caller holds none of the task's roles",
@@ -217,6 +220,12 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     }
     const char *status = PQgetvalue(res, 0, 0);
     int open = strcmp(status, "open") == 0, assigned = strcmp(status, "assigned") == 0;
+    if (strcmp(status, "cancelled") == 0) {
+        st_answer_problem(out, 409, "task_cancelled",
+                          "the task was cancelled: its instance ended or its branch was abandoned",
+                          NULL, NULL);
+        goto done;
+    }
     if ((action == TASK_RELEASE && !assigned) || (action != TASK_RELEASE && !open && !assigned)) {
         char msg[160];
         snprintf(msg, sizeof msg, "the task is %s; this action is not allowed now", status);
