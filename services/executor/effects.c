@@ -223,7 +223,11 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
     if (status != ST_RUN_COMPLETED && status != ST_RUN_FAILED)
         return ST_OK;
     const char *ended = status == ST_RUN_COMPLETED ? "completed" : "failed";
-    err = st_tree_end_tx(conn, instance_id, ended, eb);
+    /* A flow or process that never drew a waiting token (seq 0: it ran straight to its
+     * end) owns no task, call or child: no round trip for it. */
+    const json_t *seq = json_object_get(snapshot, "seq");
+    if (!json_is_integer(seq) || json_integer_value(seq) > 0)
+        err = st_tree_end_tx(conn, instance_id, ended, eb);
     if (err == ST_OK && parent != NULL)
         err = st_tree_notify_parent_tx(conn, instance_id, parent->instance_id,
                                        parent->waiting_token, ended,
