@@ -402,6 +402,46 @@ static void test_assigned_task_only_admin_takes(void)
     free(id);
 }
 
+/* The seam: a parent cancelled while its child's task is completed at the same moment.
+ * Whichever lands first, everything ends: the parent cancelled (or completed, when the
+ * child's completion won), the child ended, no task left open, nothing waiting. */
+static void test_cancel_races_child_completion(void)
+{
+    for (int round = 0; round < 3; round++) {
+        char *p = start(parent);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        char *child = wait_child(p);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(child);
+        char *task = wait_task(child, "Approve", 30);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(task);
+        char complete[160], cancel[160], sql[400];
+        snprintf(complete, sizeof complete, "/v1/tasks/%s/complete", task);
+        snprintf(cancel, sizeof cancel, "/v1/instances/%s/cancel", p);
+        /* alternate which request goes first */
+        long a = req(round % 2 ? T_ADMIN : T_ALICE, "POST", round % 2 ? cancel : complete,
+                     round % 2 ? "{}" : "{\"result\":{}}", NULL);
+        long b = req(round % 2 ? T_ALICE : T_ADMIN, "POST", round % 2 ? complete : cancel,
+                     round % 2 ? "{\"result\":{}}" : "{}", NULL);
+        printf("\n  round %d: first %ld, second %ld", round, a, b);
+        json_t *pi = wait_ended(p, 60), *ci = wait_ended(child, 60);
+        CU_ASSERT_PTR_NOT_NULL(pi);
+        CU_ASSERT_PTR_NOT_NULL(ci);
+        const char *ps = json_string_value(json_object_get(pi, "status"));
+        const char *cs = json_string_value(json_object_get(ci, "status"));
+        printf(" -> parent %s, child %s", ps ? ps : "?", cs ? cs : "?");
+        CU_ASSERT_TRUE(ps && (strcmp(ps, "cancelled") == 0 || strcmp(ps, "completed") == 0));
+        CU_ASSERT_TRUE(cs && (strcmp(cs, "cancelled") == 0 || strcmp(cs, "completed") == 0));
+        json_decref(pi);
+        json_decref(ci);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id IN ('%s', '%s')"
+                 " AND status IN ('open', 'assigned')", p, child);
+        CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+        free(task);
+        free(child);
+        free(p);
+    }
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -426,6 +466,7 @@ int main(void)
         {"join any: the losing branch's task is cancelled", test_join_any_loser_task_cancelled},
         {"an instance that completes cancels its open task", test_completed_instance_cancels_open_task},
         {"only admins take a task assigned to someone else", test_assigned_task_only_admin_takes},
+        {"a parent's cancel racing its child's completion", test_cancel_races_child_completion},
         {"stop", test_stop},
     };
     return it_run_suite("tree", cases, (int)(sizeof cases / sizeof cases[0]));
