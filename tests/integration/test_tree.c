@@ -4,7 +4,9 @@
  * child's task; a child cancelled or terminated on its own wakes its parent as a
  * failure with its own code; the losing branch of a `join: any` and an instance that
  * completes with a task still open cancel that task; a cancelled task refuses every
- * action with 409 task_cancelled; and only admins take a task assigned to someone else.
+ * action with 409 task_cancelled; a cancelled instance stops its Kafka call's re-raises;
+ * and only admins take a task assigned to someone else. Plus the seam: a parent's cancel
+ * racing its child's completion.
  */
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -20,7 +22,7 @@
 #define T_ALICE "tree-alice-token-0123456789"   /* approver */
 #define T_BOB "tree-bob-token-0123456789"       /* approver */
 
-static char kid[80], parent[80], parent_onfail[80], race[80], early[80];
+static char kid[80], parent[80], parent_onfail[80], race[80], early[80], kcall[80];
 
 /* One API request with a bearer token; *out gets the JSON body (caller decrefs). */
 static long req(const char *token, const char *method, const char *path, const char *body,
@@ -246,6 +248,12 @@ static void test_setup(void)
              "   {\"id\":\"end\",\"type\":\"complete\",\"output\":{\"early\":true}}]]}]}",
              early);
     import(doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"quote\",\"type\":\"call\",\"transport\":\"kafka\",\"consumers\":[\"pricing\"],"
+             " \"request\":{\"sku\":\"'A-1'\"},\"result\":\"price\"},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", kcall);
+    import(doc);
 }
 
 /* A parent's CANCEL (or TERMINATE) reaches its waiting child and the child's task, and
@@ -402,6 +410,36 @@ static void test_assigned_task_only_admin_takes(void)
     free(id);
 }
 
+/* An instance cancelled while it waits on a Kafka-transport call: the call's awaited
+ * ACK is cancelled (no more re-raises), and a late ACK is a harmless duplicate. */
+static void test_cancel_stops_kafka_call(void)
+{
+    char *id = start(kcall);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char sql[400], path[160], body[300];
+    snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'"
+             " AND kind = 'call'", id);
+    char *guid = wait_text(sql, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(guid);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s' AND due_at IS NOT NULL",
+             guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 202);
+    expect_ended(id, "cancelled", "cancelled");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'cancelled' AND due_at IS NULL", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(body, sizeof body, "{\"ack_guid\":\"%s\",\"consumer\":\"pricing\",\"stage\":\"processed\","
+             "\"result\":{\"amount\":1}}", guid);
+    json_t *a = NULL;
+    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", "/v1/acks", body, &a), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(a, "duplicate")));
+    json_decref(a);
+    free(guid);
+    free(id);
+}
+
 /* The seam: a parent cancelled while its child's task is completed at the same moment.
  * Whichever lands first, everything ends: the parent cancelled (or completed, when the
  * child's completion won), the child ended, no task left open, nothing waiting. */
@@ -458,6 +496,7 @@ int main(void)
     snprintf(parent_onfail, sizeof parent_onfail, "tree-parent-onfail-%s", suffix);
     snprintf(race, sizeof race, "tree-race-%s", suffix);
     snprintf(early, sizeof early, "tree-early-%s", suffix);
+    snprintf(kcall, sizeof kcall, "tree-kcall-%s", suffix);
     static const it_case_t cases[] = {
         {"setup", test_setup},
         {"cancel a parent: its child and the child's task end too", test_cancel_parent_reaches_child},
@@ -467,6 +506,7 @@ int main(void)
         {"an instance that completes cancels its open task", test_completed_instance_cancels_open_task},
         {"only admins take a task assigned to someone else", test_assigned_task_only_admin_takes},
         {"a parent's cancel racing its child's completion", test_cancel_races_child_completion},
+        {"cancel stops a Kafka call's re-raises", test_cancel_stops_kafka_call},
         {"stop", test_stop},
     };
     return it_run_suite("tree", cases, (int)(sizeof cases / sizeof cases[0]));

@@ -7,9 +7,11 @@
 
 #include "strand/pg.h"
 
-/* One round trip: cancels the instance's open tasks (each with a task event) and its
- * pending calls, and answers its children that have not ended, with the token each
- * was started for. $2 NULL: everything; else only what the wait $2 owns. */
+/* One round trip: cancels the instance's open tasks (each with a task event), its
+ * pending calls, and the ACKs still awaited for its Kafka-transport calls (stage
+ * `cancelled`: no more re-raises; a late ACK is a harmless duplicate), and answers its
+ * children that have not ended, with the token each was started for. $2 NULL:
+ * everything; else only what the wait $2 owns. */
 static const char *const sql_tree_end =
     "WITH t AS (UPDATE strand.tasks SET status = 'cancelled'"
     "   WHERE instance_id = $1::uuid AND status IN ('open', 'assigned')"
@@ -18,7 +20,11 @@ static const char *const sql_tree_end =
     "   SELECT id, 'cancelled', $3::jsonb FROM t),"
     " c AS (UPDATE strand.calls SET status = 'cancelled', updated_at = now()"
     "   WHERE instance_id = $1::uuid AND status = 'pending'"
-    "   AND ($2::text IS NULL OR waiting_token = $2))"
+    "   AND ($2::text IS NULL OR waiting_token = $2)),"
+    " a AS (UPDATE strand.acks SET stage = 'cancelled', due_at = NULL, updated_at = now()"
+    "   WHERE due_at IS NOT NULL AND ack_guid IN (SELECT ack_guid FROM strand.work_events"
+    "   WHERE instance_id = $1::uuid AND kind = 'call'"
+    "   AND ($2::text IS NULL OR waiting_token = $2)))"
     " SELECT id, parent_waiting_token FROM strand.instances"
     " WHERE parent_instance_id = $1::uuid AND ($2::text IS NULL OR parent_waiting_token = $2)"
     " AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')";

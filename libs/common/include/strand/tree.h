@@ -7,7 +7,8 @@
  *
  * Tasks are cancelled with a `cancelled` task event; pending calls (not yet sent) are
  * marked `cancelled` so the dispatcher never sends them (a call already sent answers a
- * stale wait and is dropped); children get a CANCEL (or a TERMINATE when the parent was
+ * stale wait and is dropped); a Kafka-transport call's ACKs still awaited get stage
+ * `cancelled`, so strand-monitor stops re-raising its work event; children get a CANCEL (or a TERMINATE when the parent was
  * terminated) that carries the waiting token the parent waited on, which tells the
  * child not to wake its parent back. Timers need nothing: the wait they answer is gone,
  * so they fire as stale signals (timer.h).
@@ -23,7 +24,7 @@
 
 /* Ends everything instance `instance_id` owns because it ended with `status`
  * ("completed", "failed", "cancelled", "terminated"): every open or assigned task,
- * every pending call, every child that has not ended (TERMINATE for "terminated",
+ * every pending call (and awaited ACK of a Kafka-transport call), every child that has not ended (TERMINATE for "terminated",
  * else CANCEL). Expects the caller to hold an open transaction on `conn`. */
 st_err_t st_tree_end_tx(PGconn *conn, const char *instance_id, const char *status,
                         st_errbuf_t *eb);
