@@ -22,7 +22,7 @@
 #define T_ALICE "tree-alice-token-0123456789"   /* approver */
 #define T_BOB "tree-bob-token-0123456789"       /* approver */
 
-static char kid[80], parent[80], parent_onfail[80], race[80], early[80], kcall[80];
+static char kid[80], parent[80], parent_onfail[80], race[80], early[80], kcall[80], reuse[80];
 
 /* One API request with a bearer token; *out gets the JSON body (caller decrefs). */
 static long req(const char *token, const char *method, const char *path, const char *body,
@@ -254,6 +254,12 @@ static void test_setup(void)
              " \"request\":{\"sku\":\"'A-1'\"},\"result\":\"price\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", kcall);
     import(doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"process\",\"name\":\"%s\",\"version\":1,"
+             "\"id_reuse_policy\":\"allow_terminate_if_running\",\"start\":[\"s\"],\"states\":["
+             "{\"id\":\"s\",\"execute\":{\"transport\":\"kafka\",\"consumers\":[\"pricing\"],"
+             "\"request\":{\"x\":1}}}]}", reuse);
+    import(doc);
 }
 
 /* A parent's CANCEL (or TERMINATE) reaches its waiting child and the child's task, and
@@ -440,6 +446,32 @@ static void test_cancel_stops_kafka_call(void)
     free(id);
 }
 
+/* A process run replaced under allow_terminate_if_running (the API terminates it in
+ * the start's transaction) ends what it owns too: its Kafka execute's awaited ACK. */
+static void test_id_reuse_terminate_reaches_calls(void)
+{
+    char body[300], sql[400];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":\"r1\",\"input\":{}}", reuse);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL_FATAL(req(T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
+    char *first = strdup(json_string_value(json_object_get(answer, "id")) ?: "");
+    json_decref(answer);
+    snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'"
+             " AND kind = 'call'", first);
+    char *guid = wait_text(sql, 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(guid);
+    CU_ASSERT_EQUAL_FATAL(req(T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
+    const char *second = json_string_value(json_object_get(answer, "id"));
+    CU_ASSERT_STRING_NOT_EQUAL(second ? second : first, first);
+    json_decref(answer);
+    expect_ended(first, "terminated", "terminated");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
+             " AND stage = 'cancelled' AND due_at IS NULL", guid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    free(guid);
+    free(first);
+}
+
 /* The seam: a parent cancelled while its child's task is completed at the same moment.
  * Whichever lands first, everything ends: the parent cancelled (or completed, when the
  * child's completion won), the child ended, no task left open, nothing waiting. */
@@ -497,6 +529,7 @@ int main(void)
     snprintf(race, sizeof race, "tree-race-%s", suffix);
     snprintf(early, sizeof early, "tree-early-%s", suffix);
     snprintf(kcall, sizeof kcall, "tree-kcall-%s", suffix);
+    snprintf(reuse, sizeof reuse, "tree-reuse-%s", suffix);
     static const it_case_t cases[] = {
         {"setup", test_setup},
         {"cancel a parent: its child and the child's task end too", test_cancel_parent_reaches_child},
@@ -507,6 +540,7 @@ int main(void)
         {"only admins take a task assigned to someone else", test_assigned_task_only_admin_takes},
         {"a parent's cancel racing its child's completion", test_cancel_races_child_completion},
         {"cancel stops a Kafka call's re-raises", test_cancel_stops_kafka_call},
+        {"a run replaced by id reuse ends what it owns", test_id_reuse_terminate_reaches_calls},
         {"stop", test_stop},
     };
     return it_run_suite("tree", cases, (int)(sizeof cases / sizeof cases[0]));
