@@ -40,7 +40,7 @@ static const char *const sql_task_update =
     "UPDATE strand.tasks SET status = $2, assignee = $3,"
     " completed_at = CASE WHEN $2 = 'completed' THEN now() END WHERE id = $1::uuid";
 /* The result_schema of the task step the task's instance waits in (the snapshot
- * thread whose wait carries the task's token), or no row. */
+ * thread whose wait carries the task's token), or no row when no thread waits for it. */
 static const char *const sql_task_result_schema =
     "SELECT (d.canonical #> string_to_array(ltrim(th->'wait'->>'step', '/'), '/'))"
     "        -> 'result_schema'"
@@ -237,8 +237,19 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
         PGresult *sres = NULL;
         if ((err = st_pg_exec(conn, sql_task_result_schema, 1, lock_params, &sres, &eb)) != ST_OK)
             goto done;
+        /* No thread waits with the task's token: its instance ended or abandoned the
+         * task's branch (a task left open by an older release). The completion would
+         * be dropped as stale; say so instead of answering 200. */
+        if (PQntuples(sres) == 0) {
+            PQclear(sres);
+            st_answer_problem(out, 409, "task_cancelled",
+                              "the task's instance no longer waits for it: it ended or abandoned"
+                              " the task's branch",
+                              NULL, NULL);
+            goto done;
+        }
         json_t *schema = NULL;
-        if (PQntuples(sres) == 1 && !PQgetisnull(sres, 0, 0))
+        if (!PQgetisnull(sres, 0, 0))
             schema = json_loads(PQgetvalue(sres, 0, 0), JSON_DECODE_ANY, &jerr);
         PQclear(sres);
         json_t *empty = json_object();
