@@ -15,6 +15,7 @@
 #include "wait_loop.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
+#include "strand/tree.h"
 #include "strand/util.h"
 
 static const char *const sql_definition_latest =
@@ -129,6 +130,9 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
             err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
         if (err == ST_OK)
             err = st_pg_exec(conn, sql_reuse_history, 2, h_params, NULL, eb);
+        /* ...and its end reaches what it owns: tasks, pending calls, children */
+        if (err == ST_OK)
+            err = st_tree_end_tx(conn, PQgetvalue(res, i, 0), "terminated", eb);
     }
     PQclear(res);
     return err;

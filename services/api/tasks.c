@@ -6,7 +6,10 @@
  * also enqueues a TASK_COMPLETED signal carrying the task's waiting token, so a
  * completion that races a newer wait (or a second completion) is dropped as stale.
  * State machine: open -> assigned (assign) -> open (release); open|assigned ->
- * completed (complete); open|assigned -> cancelled (instance cancelled, executor).
+ * completed (complete); open|assigned -> cancelled (the executor, with a task event,
+ * when the instance ends or the task's branch is abandoned: strand/tree.h). A
+ * cancelled task refuses every action with 409 task_cancelled. Only admins act on a
+ * task assigned to someone else, taking it included (403 forbidden).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +41,7 @@ static const char *const sql_task_update =
     "UPDATE strand.tasks SET status = $2, assignee = $3,"
     " completed_at = CASE WHEN $2 = 'completed' THEN now() END WHERE id = $1::uuid";
 /* The result_schema of the task step the task's instance waits in (the snapshot
- * thread whose wait carries the task's token), or no row. */
+ * thread whose wait carries the task's token), or no row when no thread waits for it. */
 static const char *const sql_task_result_schema =
     "SELECT (d.canonical #> string_to_array(ltrim(th->'wait'->>'step', '/'), '/'))"
     "        -> 'result_schema'"
@@ -213,7 +216,7 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     const char *holder = PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1);
     const char *target = assignee ? json_string_value(assignee) : who->name;
     if (!may || (!admin && action == TASK_ASSIGN && strcmp(target, who->name) != 0) ||
-        (!admin && action != TASK_ASSIGN && holder != NULL && strcmp(holder, who->name) != 0)) {
+        (!admin && holder != NULL && strcmp(holder, who->name) != 0)) {
         st_answer_problem(out, 403, "forbidden",
                           may ? "the task is assigned to someone else"
                               : "the caller holds none of the task's roles",
@@ -222,6 +225,12 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     }
     const char *status = PQgetvalue(res, 0, 0);
     int open = strcmp(status, "open") == 0, assigned = strcmp(status, "assigned") == 0;
+    if (strcmp(status, "cancelled") == 0) {
+        st_answer_problem(out, 409, "task_cancelled",
+                          "the task was cancelled: its instance ended or its branch was abandoned",
+                          NULL, NULL);
+        goto done;
+    }
     if ((action == TASK_RELEASE && !assigned) || (action != TASK_RELEASE && !open && !assigned)) {
         char msg[160];
         snprintf(msg, sizeof msg, "the task is %s; this action is not allowed now", status);
@@ -233,8 +242,19 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
         PGresult *sres = NULL;
         if ((err = st_pg_exec(conn, sql_task_result_schema, 1, lock_params, &sres, &eb)) != ST_OK)
             goto done;
+        /* No thread waits with the task's token: its instance ended or abandoned the
+         * task's branch (a task left open by an older release). The completion would
+         * be dropped as stale; say so instead of answering 200. */
+        if (PQntuples(sres) == 0) {
+            PQclear(sres);
+            st_answer_problem(out, 409, "task_cancelled",
+                              "the task's instance no longer waits for it: it ended or abandoned"
+                              " the task's branch",
+                              NULL, NULL);
+            goto done;
+        }
         json_t *schema = NULL;
-        if (PQntuples(sres) == 1 && !PQgetisnull(sres, 0, 0))
+        if (!PQgetisnull(sres, 0, 0))
             schema = json_loads(PQgetvalue(sres, 0, 0), JSON_DECODE_ANY, &jerr);
         PQclear(sres);
         json_t *empty = json_object();

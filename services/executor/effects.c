@@ -13,6 +13,7 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/timer.h"
+#include "strand/tree.h"
 #include "strand/util.h"
 #include "strand/work.h"
 
@@ -182,23 +183,6 @@ static st_err_t notice_tx(PGconn *conn, const char *instance_id, const json_t *e
                             message ? message : "", json_object_get(effect, "detail"), eb);
 }
 
-/* A child that ended wakes its parent's wait with its outcome. */
-static st_err_t notify_parent_tx(PGconn *conn, const char *instance_id, const st_parent_t *parent,
-                                 st_run_status_t status, const json_t *snapshot, st_errbuf_t *eb)
-{
-    st_signal_t sig;
-    st_signal_init(&sig, ST_SIGNAL_CHILD_COMPLETED, parent->instance_id, -1);
-    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", parent->waiting_token);
-    const json_t *output = json_object_get(snapshot, "output");
-    const json_t *error = json_object_get(snapshot, "error");
-    sig.payload = json_pack("{s:s, s:s, s:O, s:O}", "child_id", instance_id, "status",
-                            status == ST_RUN_COMPLETED ? "completed" : "failed", "output",
-                            output ? output : json_null(), "error", error ? error : json_null());
-    st_err_t err = st_signal_enqueue_tx(conn, &sig, eb);
-    st_signal_close(&sig);
-    return err;
-}
-
 st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
                              st_run_status_t status, const json_t *snapshot,
                              const st_parent_t *parent, st_errbuf_t *eb)
@@ -227,6 +211,12 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
             err = emit_work_tx(conn, instance_id, effect, NULL, eb);
         else if (strcmp(type, "emit_notice") == 0)
             err = notice_tx(conn, instance_id, effect, eb);
+        else if (strcmp(type, "abandon") == 0)
+            /* An abandoned branch's task, call or child; an ended instance ends all it
+             * owns below, so its abandoned waits need nothing more. */
+            err = status == ST_RUN_WAITING
+                      ? st_tree_abandon_tx(conn, instance_id, string_field(effect, "token"), eb)
+                      : ST_OK;
         else if (strcmp(type, "complete") == 0 || strcmp(type, "fail") == 0)
             err = ST_OK;   /* the projection records the outcome */
         else
@@ -234,7 +224,18 @@ st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t
         if (err != ST_OK)
             return err;
     }
-    if (parent != NULL && (status == ST_RUN_COMPLETED || status == ST_RUN_FAILED))
-        err = notify_parent_tx(conn, instance_id, parent, status, snapshot, eb);
+    if (status != ST_RUN_COMPLETED && status != ST_RUN_FAILED)
+        return ST_OK;
+    const char *ended = status == ST_RUN_COMPLETED ? "completed" : "failed";
+    /* A flow or process that never drew a waiting token (seq 0: it ran straight to its
+     * end) owns no task, call or child: no round trip for it. */
+    const json_t *seq = json_object_get(snapshot, "seq");
+    if (!json_is_integer(seq) || json_integer_value(seq) > 0)
+        err = st_tree_end_tx(conn, instance_id, ended, eb);
+    if (err == ST_OK && parent != NULL)
+        err = st_tree_notify_parent_tx(conn, instance_id, parent->instance_id,
+                                       parent->waiting_token, ended,
+                                       json_object_get(snapshot, "output"),
+                                       json_object_get(snapshot, "error"), eb);
     return err;
 }

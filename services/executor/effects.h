@@ -1,8 +1,8 @@
 /*
  * effects.h - turning the interpreter's effects into rows, inside the wake-up's
- * transaction: tasks, child instances, calls, notices, and the parent's wake-up when
- * a child ends. Nothing here does network I/O; calls are performed after commit by
- * the dispatcher and return as signals.
+ * transaction: tasks, child instances, calls, notices, what an abandoned branch or an
+ * ended instance owns, and the parent's wake-up when a child ends. Nothing here does
+ * network I/O; calls are performed after commit by the dispatcher and return as signals.
  */
 #ifndef STRAND_EXECUTOR_EFFECTS_H
 #define STRAND_EXECUTOR_EFFECTS_H
@@ -13,17 +13,18 @@
 #include "strand/engine.h"
 #include "strand/err.h"
 
-/* Applies every effect of one run for `instance_id`, then, if the run ended the
- * instance and it has a parent, enqueues CHILD_COMPLETED to the parent. Expects the
- * caller to hold the wake-up's transaction. `effects` and `snapshot` are borrowed.
- * `parent` (NULL: none) is woken when the run completed or failed.
- * An effect of an unknown type fails with ST_ERR_INVALID (and the caller rolls back). */
 /* The parent of a child instance, as recorded when the child was started. */
 typedef struct {
     char instance_id[40];
     char waiting_token[128];
 } st_parent_t;
 
+/* Applies every effect of one run for `instance_id`. An `abandon` effect (a branch the
+ * run gave up) ends the task, pending call or child of that wait (strand/tree.h). When
+ * the run ended the instance (`status` completed or failed), ends everything it still
+ * owns and wakes `parent` (NULL: none) with a CHILD_COMPLETED. Expects the caller to
+ * hold the wake-up's transaction. `effects` and `snapshot` are borrowed. An effect of
+ * an unknown type fails with ST_ERR_INVALID (and the caller rolls back). */
 st_err_t st_effects_apply_tx(PGconn *conn, const char *instance_id, const json_t *effects,
                              st_run_status_t status, const json_t *snapshot,
                              const st_parent_t *parent, st_errbuf_t *eb);

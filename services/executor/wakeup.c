@@ -14,6 +14,7 @@
 #include "strand/metrics.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
+#include "strand/tree.h"
 #include "strand/util.h"
 
 /* ---- definition cache ---------------------------------------------------------- */
@@ -273,14 +274,13 @@ static const char *const sql_runtime_end =
 static const char *const sql_instance_end =
     "UPDATE strand.instances SET status = $2, error = $3::jsonb, updated_at = now(),"
     " ended_at = now() WHERE id = $1::uuid";
-static const char *const sql_tasks_cancel =
-    "UPDATE strand.tasks SET status = 'cancelled' WHERE instance_id = $1::uuid"
-    " AND status IN ('open', 'assigned')";
-
-/* CANCEL and TERMINATE end the instance where it stands, without running steps:
- * open tasks are cancelled and later signals find it ended (stale). */
+/* CANCEL and TERMINATE end the instance where it stands, without running steps. The
+ * end reaches everything it owns (strand/tree.h): tasks, pending calls, children. A
+ * child's end wakes its parent as a failure (status cancelled or terminated), unless
+ * the parent sent the signal itself: it has moved on or ended. Later signals find the
+ * instance ended (stale). */
 static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
-                                st_errbuf_t *eb)
+                                const st_parent_t *parent, st_errbuf_t *eb)
 {
     const char *status = sig->type == ST_SIGNAL_CANCEL ? "cancelled" : "terminated";
     const json_t *reason = sig->payload ? json_object_get(sig->payload, "reason") : NULL;
@@ -289,19 +289,24 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
     char *error_text = json_dumps(error, JSON_COMPACT);
     const char *rs_params[] = {sig->instance_id, status, sig->signal_id, node_id};
     const char *inst_params[] = {sig->instance_id, status, error_text};
-    const char *task_params[] = {sig->instance_id};
+    int by_parent = parent != NULL && st_tree_from_parent(sig, parent->waiting_token);
     st_err_t err = st_pg_exec(conn, sql_runtime_end, 4, rs_params, NULL, eb);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_instance_end, 3, inst_params, NULL, eb);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_tasks_cancel, 1, task_params, NULL, eb);
+        err = st_tree_end_tx(conn, sig->instance_id, status, eb);
+    if (err == ST_OK && parent != NULL && !by_parent)
+        err = st_tree_notify_parent_tx(conn, sig->instance_id, parent->instance_id,
+                                       parent->waiting_token, status, NULL, error, eb);
     free(error_text);
-    if (err == ST_OK)
-        err = history_add_tx(conn, sig->instance_id, status,
-                             json_pack("{s:s, s:o}", "signal_id", sig->signal_id, "error", error),
-                             eb);
-    else
+    if (err == ST_OK) {
+        json_t *detail = json_pack("{s:s, s:o}", "signal_id", sig->signal_id, "error", error);
+        if (by_parent)
+            json_object_set_new(detail, "by_parent", json_string(parent->instance_id));
+        err = history_add_tx(conn, sig->instance_id, status, detail, eb);
+    } else {
         json_decref(error);
+    }
     return err;
 }
 
@@ -515,8 +520,14 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         goto finish;
     }
 
+    st_parent_t parent = {0};
+    if (!PQgetisnull(state, 0, 8)) {
+        snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(state, 0, 8));
+        snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s",
+                 PQgetvalue(state, 0, 9));
+    }
     if (sig->type == ST_SIGNAL_CANCEL || sig->type == ST_SIGNAL_TERMINATE) {
-        err = end_instance_tx(conn, sig, node_id, eb);
+        err = end_instance_tx(conn, sig, node_id, parent.instance_id[0] ? &parent : NULL, eb);
         *outcome = ST_WAKE_APPLIED;
         goto finish;
     }
@@ -575,12 +586,6 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         (err = st_globals_store_tx(conn, globals_decl, PQgetvalue(state, 0, 6), globals,
                                    json_object_get(run.snapshot, "state"), eb)) != ST_OK)
         goto fail;
-    st_parent_t parent = {0};
-    if (!PQgetisnull(state, 0, 8)) {
-        snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(state, 0, 8));
-        snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s",
-                 PQgetvalue(state, 0, 9));
-    }
     if ((err = persist_tx(conn, sig, node_id, version, parent.instance_id[0] ? &parent : NULL,
                           &run, eb)) != ST_OK)
         goto fail;

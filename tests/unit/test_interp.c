@@ -255,6 +255,57 @@ static void test_parallel_join_all_and_any(void)
     st_defn_free(d);
 }
 
+/* A `join: any` branch that lost while the instance goes on: its task, call and child
+ * waits come back as `abandon` effects (the executor ends what they own); an instance
+ * that ends emits none (the executor ends everything it owns). A child cancelled on
+ * its own fails the wait with code child_cancelled, into on_failure when there is one. */
+static void test_abandoned_branches_and_ended_children(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"par\",\"type\":\"parallel\",\"join\":\"any\",\"branches\":["
+        "[{\"id\":\"a\",\"type\":\"task\",\"name\":\"A\"}],"
+        "[{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"kid\"}],"
+        "[{\"id\":\"b\",\"type\":\"wait_signal\",\"name\":\"b\"}]]},"
+        "{\"id\":\"c\",\"type\":\"subworkflow\",\"definition\":\"kid\",\"result\":\"c\","
+        " \"on_failure\":[{\"id\":\"f\",\"type\":\"set\",\"values\":{\"why\":\"state.c.code\"}}]},"
+        "{\"id\":\"d\",\"type\":\"subworkflow\",\"definition\":\"kid\"}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_array_size(effects), 2);   /* open_task, start_child */
+    char task_token[128], child_token[128], event[300];
+    snprintf(task_token, sizeof task_token, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "token")));
+    snprintf(child_token, sizeof child_token, "%s", json_string_value(json_object_get(json_array_get(effects, 1), "token")));
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"SIGNAL\",\"name\":\"b\"}", &effects), ST_RUN_WAITING);
+    int abandoned_task = 0, abandoned_child = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(effects, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "type")), "abandon") != 0)
+            continue;
+        const char *token = json_string_value(json_object_get(e, "token"));
+        abandoned_task += strcmp(token, task_token) == 0;
+        abandoned_child += strcmp(token, child_token) == 0;
+    }
+    CU_ASSERT_EQUAL(abandoned_task, 1);
+    CU_ASSERT_EQUAL(abandoned_child, 1);
+    /* step c: the child is cancelled on its own: on_failure sees child_cancelled */
+    snprintf(event, sizeof event, "{\"type\":\"CHILD_COMPLETED\",\"token\":\"%s\",\"payload\":"
+             "{\"status\":\"cancelled\",\"error\":{\"code\":\"cancelled\"}}}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "state"), "why")),
+                           "child_cancelled");
+    /* step d has no on_failure: a terminated child fails the instance with its code */
+    snprintf(event, sizeof event, "{\"type\":\"CHILD_COMPLETED\",\"token\":\"%s\",\"payload\":"
+             "{\"status\":\"terminated\",\"error\":{\"code\":\"terminated\"}}}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_FAILED);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "error"), "code")),
+                           "child_terminated");
+    json_array_foreach(effects, i, e)
+        CU_ASSERT_STRING_NOT_EQUAL(json_string_value(json_object_get(e, "type")), "abandon");
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(d);
+}
+
 /* Property: random events against a waiting instance are either applied or refused as
  * stale/conflict, and a refused event never changes the snapshot. */
 static void test_random_events_never_corrupt(void)
@@ -329,5 +380,6 @@ static void test_call_in_loop_gets_a_key_per_visit(void)
 ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
              ST_TEST(test_loop_bound_and_expression_failure), ST_TEST(test_task_and_stale_tokens),
              ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
-             ST_TEST(test_parallel_join_all_and_any), ST_TEST(test_random_events_never_corrupt),
+             ST_TEST(test_parallel_join_all_and_any),
+             ST_TEST(test_abandoned_branches_and_ended_children), ST_TEST(test_random_events_never_corrupt),
              ST_TEST(test_call_in_loop_gets_a_key_per_visit))

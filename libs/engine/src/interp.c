@@ -602,9 +602,18 @@ static json_t *thread_by_id(run_t *r, json_int_t id)
     return NULL;
 }
 
-/* Marks a thread and its descendants done (their waits become stale). */
+/* Marks a thread and its descendants done (their waits become stale). While the
+ * instance goes on (a `join: any` branch that lost), a wait that owns something outside
+ * the snapshot (a task, a call, a child instance) gets an `abandon` effect, so the
+ * service ends it too; an instance that ended ends everything it owns anyway. */
 static void cancel_thread(run_t *r, json_t *t)
 {
+    const json_t *wait = json_object_get(t, "wait");
+    const char *kind = str0(wait, "kind");
+    if (!r->ended && str(wait, "token") != NULL &&
+        (strcmp(kind, "task") == 0 || strcmp(kind, "call") == 0 || strcmp(kind, "child") == 0))
+        effect(r, json_pack("{s:s, s:s, s:s}", "type", "abandon", "kind", kind, "token",
+                            str(wait, "token")));
     json_object_set_new(t, "done", json_true());
     json_object_set_new(t, "wait", json_null());
     json_int_t id = json_integer_value(json_object_get(t, "id"));
@@ -831,16 +840,23 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
         if (strcmp(str0(payload, "status") ? str(payload, "status") : "", "completed") == 0) {
             const json_t *output = json_object_get(payload, "output");
             set_var(r, step, output ? json_deep_copy(output) : json_null());
-        } else if (json_object_get(step, "on_failure")) {
-            const json_t *error = json_object_get(payload, "error");
-            set_var(r, step, json_pack("{s:O}", "error", error ? error : json_null()));
-            snprintf(p, sizeof p, "%s/on_failure", step_path);
-            push_frame(thread, p);
         } else {
+            /* failed, or cancelled / terminated on its own (not by this instance) */
+            const char *how = str0(payload, "status");
+            const char *code = strcmp(how, "cancelled") == 0    ? "child_cancelled"
+                               : strcmp(how, "terminated") == 0 ? "child_terminated"
+                                                                : "child_failed";
             const json_t *error = json_object_get(payload, "error");
-            end_instance(r, "failed", NULL,
-                         json_pack("{s:s, s:s, s:O}", "code", "child_failed", "step", step_path,
-                                   "error", error ? error : json_null()));
+            if (json_object_get(step, "on_failure")) {
+                set_var(r, step, json_pack("{s:O, s:s}", "error", error ? error : json_null(),
+                                           "code", code));
+                snprintf(p, sizeof p, "%s/on_failure", step_path);
+                push_frame(thread, p);
+            } else {
+                end_instance(r, "failed", NULL,
+                             json_pack("{s:s, s:s, s:O}", "code", code, "step", step_path,
+                                       "error", error ? error : json_null()));
+            }
         }
     } else {
         json_object_set(thread, "wait", wait);   /* not an answer to this wait */
