@@ -495,7 +495,7 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
         if (conn != NULL && conn->deferred == req)
             conn->deferred = NULL;
     }
-    evhttp_send_reply(req->ev, status, NULL, out);   /* req->ev may be freed from here */
+    evhttp_send_reply(req->ev, status, st_http_status_title(status), out);   /* req->ev may be freed from here */
     evbuffer_free(out);
     if (req->on_heap) {
         record_metrics(req);
