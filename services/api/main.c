@@ -216,11 +216,15 @@ int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
 static int authenticate(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    const char *token = st_auth_bearer(st_http_header(req, "Authorization"));
+    const char *header = st_http_header(req, "Authorization");
+    const char *token = st_auth_bearer(header);
     if (st_auth_authenticate(api->auth, token, &api->current) == ST_OK)
         return 1;
     st_http_reply_problem(req, 401, "unauthenticated",
-                          token ? "the bearer token is not known" : "a bearer token is required",
+                          token ? "the bearer token is not known"
+                          : header ? "the Authorization header must be \"Bearer <token>\" with a token"
+                                     " of visible ASCII characters"
+                                   : "a bearer token is required",
                           NULL, NULL);
     return 0;
 }

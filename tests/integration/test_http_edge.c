@@ -5,8 +5,8 @@
  * Every error is application/problem+json with type, title, status, detail and code:
  * a body over the limit (413), OPTIONS (204 with Allow), 405 with Allow, 404, an
  * impossible date in a query (400). Two Content-Length headers, Content-Length with
- * Transfer-Encoding, a bad Content-Length are refused (400) and the smuggled second
- * request never runs; oversized heads and too many headers are refused (431); a client
+ * Transfer-Encoding, a bad Content-Length (400) and a chunked body (411) are refused and
+ * the smuggled second request never runs; oversized heads and too many headers are refused (431); a client
  * that trickles its head is cut off at the head deadline; a bearer token followed by
  * a NUL byte is refused. Every timestamp the API answers (instance, list, task,
  * history, runtime, dead letter, definition) is RFC 3339 in UTC with 'T' and 'Z'.
@@ -326,13 +326,24 @@ static void test_smuggling(void)
                        "content_length_with_transfer_encoding");
     CU_ASSERT_EQUAL(count_of(ans, "HTTP/1.1 "), 1);
     free(ans);
-    /* A chunked request is served, and nothing after it on the connection runs. */
+    /* A chunked body is refused (bodies need a Content-Length), and nothing after it
+     * on the connection runs. */
     snprintf(req, sizeof req,
              "POST /v1/definitions/validate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " T_ADMIN
              "\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n%s", smuggled);
     ans = raw_exchange(req, strlen(req));
+    expect_raw_problem("chunked", ans, 411, "length_required");
     CU_ASSERT_EQUAL(count_of(ans, "HTTP/1.1 "), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(ans, "Connection: close"));
+    free(ans);
+    /* A request target that is not a path, and CONNECT. */
+    static const char abs_target[] = "GET //x:y/z HTTP/1.1\r\nHost: x\r\n\r\n";
+    ans = raw_exchange(abs_target, strlen(abs_target));
+    expect_raw_problem("target //x:y", ans, 400, "invalid_request_line");
+    free(ans);
+    static const char connect_req[] = "CONNECT a:b HTTP/1.1\r\nHost: x\r\n\r\n";
+    ans = raw_exchange(connect_req, strlen(connect_req));
+    expect_raw_problem("CONNECT", ans, 501, "method_not_implemented");
     free(ans);
     usleep(500 * 1000);
     CU_ASSERT_EQUAL(instances_of(ref), 0);
@@ -429,6 +440,12 @@ static void test_token_with_nul(void)
     CU_ASSERT_NOT_EQUAL(status_of(ans), 200);
     CU_ASSERT_TRUE(status_of(ans) == 400 || status_of(ans) == 401);
     CU_ASSERT_PTR_NOT_NULL(strstr(ans, "application/problem+json"));
+    free(ans);
+    /* A tab and junk after the token (a header value may hold a tab): 401. */
+    static const char tab[] = "GET /v1/definitions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " T_ADMIN
+                              "\tjunk\r\n\r\n";
+    ans = raw_exchange(tab, strlen(tab));
+    expect_raw_problem("token + tab + junk", ans, 401, "unauthenticated");
     free(ans);
     /* The same token alone works. */
     CU_ASSERT_EQUAL(api(T_ADMIN, "GET", "/v1/definitions", NULL, NULL, NULL, 0), 200);
@@ -557,7 +574,7 @@ int main(void)
     static const it_case_t cases[] = {
         {"services start with a token file and small limits", test_start_services},
         {"every error is problem+json; OPTIONS; 405 Allow; bad query values", test_problems},
-        {"two Content-Length, CL with TE, chunked: nothing smuggled", test_smuggling},
+        {"two Content-Length, CL with TE, chunked, bad targets: nothing smuggled", test_smuggling},
         {"head size and header count limits", test_head_limits},
         {"a trickling client is cut off at the head deadline", test_trickle},
         {"a bearer token followed by NUL is refused", test_token_with_nul},

@@ -236,11 +236,6 @@ static void dispatch(struct evhttp_request *ev, void *arg)
     const char *method = method_name(evhttp_request_get_command(ev));
     st_http_req_t req = {.ev = ev, .max_body = srv->max_body, .started = now_seconds(),
                          .method = method, .edge = &srv->edge};
-    st_edge_conn_t *conn = st_edge_conn_of(&srv->edge, ev);
-    if (conn != NULL && conn->close_after) {   /* a chunked body: evhttp framed it */
-        req.close = 1;
-        conn->close_after = 0;
-    }
     if (answer_refused(srv, &req)) {
         record_metrics(&req);
         return;
@@ -545,6 +540,7 @@ const char *st_http_status_title(int status)
     case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 410: return "Gone";
+    case 411: return "Length Required";
     case 412: return "Precondition Failed";
     case 413: return "Content Too Large";
     case 415: return "Unsupported Media Type";

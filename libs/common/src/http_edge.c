@@ -10,18 +10,20 @@
  *   - bounds its size (max_head_bytes) and its header count (max_headers);
  *   - bounds the time from its first byte to its end (head_timeout_ms): the read
  *     timeout is set to what is left, so a client that trickles is cut off;
- *   - refuses control characters, folded lines, malformed request lines, a repeated
- *     Content-Length or Transfer-Encoding, both together, a transfer coding other than
- *     chunked, a body on HEAD/TRACE, and a Content-Length over max_body.
+ *   - refuses control characters, folded lines, malformed request lines (the target
+ *     must be a path), unknown methods and CONNECT, a repeated Content-Length, a
+ *     malformed one, Content-Length with Transfer-Encoding, any Transfer-Encoding
+ *     (411: a body needs a Content-Length, so that the edge and evhttp frame every
+ *     request the same way and evhttp never answers an oversized chunked body with
+ *     its own HTML page), a body on HEAD/TRACE, and a Content-Length over max_body.
  * A refused head is replaced by a marked request (GET / with Connection: close and
  * X-Strand-Edge: <per-process secret>); the router answers it with the problem the
- * edge recorded, and evhttp closes the connection after the answer. Body bytes are
- * counted, not read; a chunked body is passed to evhttp, whose answer then closes the
- * connection (its framing is evhttp's alone from there).
+ * edge recorded, and evhttp closes the connection after the answer. A head is held
+ * back from evhttp until it is complete and checked (evhttp parses line by line as
+ * bytes arrive); body bytes are counted, not read.
  *
  * Connection states:  HEAD --head ok, body--> BODY --body counted--> HEAD
  *                     HEAD --head ok, no body--> HEAD
- *                     HEAD --chunked--> PASS (until close)
  *                     HEAD --refused--> REFUSED (later bytes discarded, until close)
  */
 #include <event2/buffer.h>
@@ -35,7 +37,7 @@
 
 #include "http_int.h"
 
-enum { EDGE_HEAD = 0, EDGE_BODY, EDGE_PASS, EDGE_REFUSED };
+enum { EDGE_HEAD = 0, EDGE_BODY, EDGE_REFUSED };
 
 #define MAX_EDGES 8
 
@@ -138,7 +140,7 @@ typedef struct {
     int status;              /* 0 = accepted */
     const char *code, *message;
     long long body;          /* accepted: body bytes that follow (Content-Length) */
-    int chunked;
+    int chunked;             /* it had a Transfer-Encoding (then it is refused) */
 } verdict_t;
 
 static int refuse_with(verdict_t *v, int status, const char *code, const char *message)
@@ -170,7 +172,7 @@ static int name_is(const char *name, size_t len, const char *want)
 }
 
 static const char *const methods_with_body[] = {"POST", "PUT", "PATCH", "GET", "DELETE",
-                                                "OPTIONS", "CONNECT"};
+                                                "OPTIONS"};
 static const char *const methods_without_body[] = {"HEAD", "TRACE"};
 
 /* Checks one complete head (`len` bytes, ending with its empty line). */
@@ -218,6 +220,9 @@ static int check_head(const st_edge_t *edge, const char *head, size_t len, verdi
                 if (line[i] < 'A' || line[i] > 'Z')
                     return refuse_with(v, 501, "method_not_implemented",
                                        "the server does not know this method");
+            if (sp1[1] != '/' || sp1[2] == '/')
+                return refuse_with(v, 400, "invalid_request_line",
+                                   "the request target must be a path (/v1/...)");
         } else {
             if (*line == ' ' || *line == '\t')
                 return refuse_with(v, 400, "invalid_header", "folded header lines are not accepted");
@@ -249,9 +254,6 @@ static int check_head(const st_edge_t *edge, const char *head, size_t len, verdi
                 if (have_te++)
                     return refuse_with(v, 400, "invalid_transfer_encoding",
                                        "the request has more than one Transfer-Encoding header");
-                if (!name_is(vs, (size_t)(ve - vs), "chunked"))
-                    return refuse_with(v, 501, "unsupported_transfer_encoding",
-                                       "the only transfer coding accepted is chunked");
                 v->chunked = 1;
             } else if (name_is(line, nlen, "Expect")) {
                 if (!name_is(vs, (size_t)(ve - vs), "100-continue"))
@@ -266,6 +268,9 @@ static int check_head(const st_edge_t *edge, const char *head, size_t len, verdi
     if (have_cl && have_te)
         return refuse_with(v, 400, "content_length_with_transfer_encoding",
                            "a request may not carry both Content-Length and Transfer-Encoding");
+    if (have_te)
+        return refuse_with(v, 411, "length_required",
+                           "a request body needs a Content-Length (Transfer-Encoding is not accepted)");
     if (!may_have_body && (v->body > 0 || v->chunked))
         return refuse_with(v, 400, "body_not_allowed", "HEAD and TRACE requests carry no body");
     if (!may_have_body)
@@ -311,10 +316,6 @@ static void check_input(st_edge_t *edge, st_edge_conn_t *c, struct evbuffer *buf
 {
     for (;;) {
         size_t total = evbuffer_get_length(buf);
-        if (c->state == EDGE_PASS) {
-            c->checked = total;
-            return;
-        }
         if (c->state == EDGE_REFUSED) {   /* nothing after the marked request is read */
             truncate_to(buf, c->checked);
             return;
@@ -364,10 +365,7 @@ static void check_input(st_edge_t *edge, st_edge_conn_t *c, struct evbuffer *buf
         if (c->head_started != 0)
             set_read_timeout(edge, c->bev, edge->idle_timeout_s);
         c->head_started = 0;
-        if (v.chunked) {
-            c->state = EDGE_PASS;
-            c->close_after = 1;
-        } else if (v.body > 0) {
+        if (v.body > 0) {
             c->state = EDGE_BODY;
             c->body_left = (uint64_t)v.body;
         }

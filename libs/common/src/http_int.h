@@ -16,12 +16,11 @@ struct st_http_req;
 /* What the edge decided about one connection (indexed by its socket). */
 typedef struct st_edge_conn {
     struct bufferevent *bev;   /* identity of the connection; NULL = slot free */
-    int state;                 /* EDGE_HEAD, EDGE_BODY, EDGE_PASS, EDGE_REFUSED */
+    int state;                 /* EDGE_HEAD, EDGE_BODY, EDGE_REFUSED */
     size_t checked;            /* bytes at the front of the input already checked */
     uint64_t body_left;        /* EDGE_BODY: body bytes still to come */
     double head_started;       /* monotonic seconds when a partial head arrived; 0 none */
     int in_callback;           /* our own buffer edits must not re-enter */
-    int close_after;           /* answer the current request with Connection: close */
     int refused_status;        /* EDGE_REFUSED: the problem to answer */
     const char *refused_code;  /* static strings */
     const char *refused_message;

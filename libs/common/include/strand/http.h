@@ -35,8 +35,9 @@ void st_http_server_free(st_http_server_t *srv);
  * its first byte to its end (the connection is closed). Every server also refuses
  * with a problem, before any handler runs: a body over max_body_bytes (413), a
  * repeated Content-Length, Content-Length with Transfer-Encoding, a malformed
- * Content-Length, control characters (NUL, CR) in the head (400), a transfer coding
- * other than chunked and unknown methods (501). ST_ERR_CONFIG if a limit is out of
+ * Content-Length, control characters (NUL, CR) in the head, a target that is not a
+ * path (400), any Transfer-Encoding (411: bodies need a Content-Length) and unknown
+ * methods or CONNECT (501). ST_ERR_CONFIG if a limit is out of
  * range (head bytes >= 1024, headers >= 1, timeout >= 100 ms). */
 st_err_t st_http_server_set_limits(st_http_server_t *srv, int max_head_bytes, int max_headers,
                                    int head_timeout_ms, st_errbuf_t *eb);
