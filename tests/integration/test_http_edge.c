@@ -231,7 +231,8 @@ static void test_problems(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(p, "title")) ?: "", "Content Too Large");
     json_decref(p);
     /* The same with a raw head that announces too much (no body sent). */
-    char *ans = raw_exchange("POST /v1/instances HTTP/1.1\r\nHost: x\r\nContent-Length: 999999\r\n\r\n", 66);
+    static const char too_long[] = "POST /v1/instances HTTP/1.1\r\nHost: x\r\nContent-Length: 999999\r\n\r\n";
+    char *ans = raw_exchange(too_long, strlen(too_long));
     expect_raw_problem("content-length over the limit", ans, 413, "body_too_large");
     free(ans);
     /* 404, and 405 with Allow. */
