@@ -451,7 +451,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
     char cursor_ts[24] = "", cursor_id[37] = "";
     if (cursor != NULL) {
         const char *sep = strchr(cursor, '_');
-        if (sep == NULL || sep - cursor >= (long)sizeof cursor_ts || !st_uuid_valid(sep + 1)) {
+        if (sep == NULL || sep == cursor || sep - cursor > 18 ||
+            strspn(cursor, "0123456789") != (size_t)(sep - cursor) || !st_uuid_valid(sep + 1)) {
             st_answer_problem(&answer, 400, "invalid_cursor", "cursor is not one this API issued",
                               "/cursor", NULL);
             st_api_reply(req, &answer);

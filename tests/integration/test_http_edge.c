@@ -272,6 +272,7 @@ static void test_problems(void)
         "/v1/instances?created_after=2026-13-01", "/v1/instances?created_after=2026-11-24T25:00:00Z",
         "/v1/instances?created_after=2026-11-24T10:00:61Z", "/v1/instances?created_after=2025-02-29",
         "/v1/instances?limit=abc", "/v1/instances?limit=0",
+        "/v1/instances?cursor=abc_00000000-0000-4000-8000-000000000000",
     };
     for (size_t i = 0; i < sizeof bad_queries / sizeof *bad_queries; i++) {
         s = problem_call("GET", bad_queries[i], NULL, &p, ctype, sizeof ctype);
