@@ -453,6 +453,32 @@ static void test_token_with_nul(void)
     CU_ASSERT_EQUAL(api(T_ADMIN, "GET", "/v1/definitions", NULL, NULL, NULL, 0), 200);
 }
 
+/* A parked long poll whose client leaves: the edge's close callback marks it gone, and
+ * its later answer only frees it (under ASan: no use after free). */
+static void test_long_poll_client_leaves(void)
+{
+    char req[512];
+    snprintf(req, sizeof req,
+             "GET /v1/instances/%s?wait_ms=1500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+             T_ADMIN "\r\n\r\n", instance);
+    for (int i = 0; i < 3; i++) {
+        int fd = connect_api();
+        CU_ASSERT_FATAL(fd >= 0);
+        CU_ASSERT(send_all(fd, req, strlen(req)));
+        usleep(200 * 1000);
+        close(fd);
+    }
+    /* One that stays gets its answer at wait_ms. */
+    int fd = connect_api(), closed = 0;
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT(send_all(fd, req, strlen(req)));
+    char *ans = read_all(fd, 4.0, &closed);
+    CU_ASSERT_EQUAL(status_of(ans), 200);
+    free(ans);
+    close(fd);
+    CU_ASSERT_EQUAL(api(NULL, "GET", "/healthz", NULL, NULL, NULL, 0), 200);
+}
+
 /* ---- timestamps ---------------------------------------------------------------- */
 
 static regex_t rfc3339;
@@ -580,6 +606,7 @@ int main(void)
         {"head size and header count limits", test_head_limits},
         {"a trickling client is cut off at the head deadline", test_trickle},
         {"a bearer token followed by NUL is refused", test_token_with_nul},
+        {"a long poll whose client leaves", test_long_poll_client_leaves},
         {"every timestamp is RFC 3339 UTC", test_timestamps},
     };
     return it_run_suite("http_edge", cases, (int)(sizeof cases / sizeof cases[0]));

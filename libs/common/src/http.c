@@ -157,6 +157,11 @@ void st_http_req_mark_gone(st_http_req_t *req)
     req->gone = 1;
 }
 
+static void on_connection_closed(struct evhttp_connection *conn, void *arg)
+{
+    st_http_req_mark_gone(arg);
+}
+
 st_http_req_t *st_http_defer(st_http_req_t *req)
 {
     st_http_req_t *copy = malloc(sizeof *copy);
@@ -176,6 +181,9 @@ st_http_req_t *st_http_defer(st_http_req_t *req)
     st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
     if (conn != NULL)
         conn->deferred = copy;  /* the edge's close callback marks it gone */
+    else                        /* the edge never saw the connection (out of memory) */
+        evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
+                                      on_connection_closed, copy);
     return copy;
 }
 
@@ -489,6 +497,8 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
         st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
         if (conn != NULL && conn->deferred == req)
             conn->deferred = NULL;
+        else if (conn == NULL)
+            evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), NULL, NULL);
     }
     evhttp_send_reply(req->ev, status, st_http_status_title(status), out);   /* req->ev may be freed from here */
     evbuffer_free(out);
