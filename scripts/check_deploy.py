@@ -12,6 +12,13 @@ scripts/check_deploy.sh does (which runs this with --rendered DIR --repo REPO):
 - Dockerfile: multi-stage, Debian slim runtime, numeric non-root USER, every binary
   the manifests run is installed by the build (an install(TARGETS) in CMake), and
   (on Debian 12) every package it installs exists;
+- prod (and prod with KEDA): the API runs with authentication on (STRAND_AUTH_FILE
+  names a file mounted from a Secret), and every pod whose PostgreSQL DSN asks for a
+  verified server certificate (sslmode=verify-ca/verify-full) has the CA as a file
+  mounted from a Secret or ConfigMap (sslrootcert= in the DSN or PGSSLROOTCERT, an
+  absolute path; the image user's home is /nonexistent). A self-test runs these two
+  rules on copies of the rendered prod with auth off and without the CA and fails if
+  they do not catch it;
 - the Grafana dashboard is JSON with unique panel ids and PromQL targets; the alert
   rules are a Prometheus rule file (the metric names themselves are checked against
   the running services by tests/integration/test_metrics_exposed.c).
@@ -329,6 +336,103 @@ def check_rules(repo):
         problem(path, "no alert rules")
 
 
+def container_env(c, configmaps):
+    """The container's environment: envFrom ConfigMaps first, then env values."""
+    env = {}
+    for src in c.get("envFrom") or []:
+        ref = (src.get("configMapRef") or {}).get("name")
+        if ref in configmaps:
+            env.update(configmaps[ref])
+    for e in c.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+    return env
+
+
+def mounted_file(spec, c, path, kinds=("secret",)):
+    """True if `path` lies under a volumeMount of a volume of one of `kinds`."""
+    if not path or not path.startswith("/"):
+        return False
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    for m in c.get("volumeMounts") or []:
+        v = volumes.get(m.get("name"), {})
+        mount = m.get("mountPath", "").rstrip("/") + "/"
+        if path.startswith(mount) and any(k in v for k in kinds):
+            return True
+    return False
+
+
+def check_secure(name, docs):
+    """prod's rules: auth on for the API, a mounted CA for verified PostgreSQL TLS.
+    Returns the problems found (also recorded)."""
+    found = []
+    configmaps = {d["metadata"]["name"]: d.get("data") or {}
+                  for d in docs if d["kind"] == "ConfigMap"}
+    api_seen = False
+    for d in docs:
+        if d["kind"] not in ("Deployment", "Job"):
+            continue
+        spec = d["spec"]["template"]["spec"]
+        where = f"{name}: {d['kind']}/{d['metadata']['name']}"
+        for c in spec.get("containers") or []:
+            env = container_env(c, configmaps)
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == "strand-api":
+                api_seen = True
+                auth = env.get("STRAND_AUTH_FILE", "")
+                if not auth:
+                    found.append(f"{where}: authentication is off (STRAND_AUTH_FILE is empty)")
+                elif not mounted_file(spec, c, auth):
+                    found.append(f"{where}: STRAND_AUTH_FILE {auth} is not a file mounted from a Secret")
+            dsn = env.get("STRAND_PG_DSN", "")
+            opts = dict(kv.split("=", 1) for kv in dsn.split() if "=" in kv)
+            if opts.get("sslmode", "") in ("verify-ca", "verify-full"):
+                root = opts.get("sslrootcert") or env.get("PGSSLROOTCERT", "")
+                if not root:
+                    found.append(f"{where}: sslmode={opts['sslmode']} without sslrootcert= or "
+                                 "PGSSLROOTCERT (libpq would look in the home directory, /nonexistent)")
+                elif not mounted_file(spec, c, root, ("secret", "configMap", "projected")):
+                    found.append(f"{where}: the PostgreSQL CA {root} is not a file mounted from a "
+                                 "Secret or ConfigMap")
+    if not api_seen:
+        found.append(f"{name}: no strand-api Deployment")
+    problems.extend(found)
+    return found
+
+
+def self_test_secure(docs):
+    """The rules must catch prod with auth off and prod without the CA."""
+    import copy
+    checks = []
+    off = copy.deepcopy(docs)
+    for d in off:
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "strand-api":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                c["env"] = [e for e in c.get("env") or [] if e["name"] != "STRAND_AUTH_FILE"]
+    checks.append(("auth off", off, ("authentication is off",)))
+    no_ca = copy.deepcopy(docs)
+    for d in no_ca:
+        if d["kind"] == "ConfigMap":
+            data = d.get("data") or {}
+            data.pop("PGSSLROOTCERT", None)
+            if "STRAND_PG_DSN" in data:
+                data["STRAND_PG_DSN"] = " ".join(kv for kv in data["STRAND_PG_DSN"].split()
+                                                 if not kv.startswith("sslrootcert="))
+    checks.append(("no CA", no_ca, ("without sslrootcert",)))
+    unmounted = copy.deepcopy(docs)
+    for d in unmounted:
+        if d["kind"] in ("Deployment", "Job"):
+            d["spec"]["template"]["spec"].pop("volumes", None)
+    checks.append(("CA not mounted", unmounted, ("is not a file mounted", "without sslrootcert")))
+    global problems
+    for label, variant, want in checks:
+        saved = problems
+        problems = []
+        found = check_secure(f"self-test ({label})", variant)
+        problems = saved
+        if not any(w in f for f in found for w in want):
+            problem("check_deploy.py self-test", f"prod with {label} was not caught")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rendered", required=True, help="directory of rendered overlays")
@@ -339,6 +443,10 @@ def main():
     for name, keda in (("base", False), ("dev", False), ("prod", False), ("prod-keda", True)):
         docs = load(os.path.join(a.rendered, f"{name}.yaml"))
         check_rendered(name, docs, binaries, keda)
+        if name.startswith("prod"):
+            check_secure(name, docs)
+            if name == "prod":
+                self_test_secure(docs)
         for d in docs:
             if d["kind"] in ("Deployment", "Job"):
                 for c in d["spec"]["template"]["spec"]["containers"]:

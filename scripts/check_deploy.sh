@@ -9,7 +9,8 @@
 #      structurally,
 #   3. runs scripts/check_deploy.py: the project's own rules on the rendered objects
 #      (probes, resources, non-root, PDB per Deployment, Jobs run strand-admin, the HPA
-#      targets the executor), a structural lint of the Dockerfile, and the shape of the
+#      targets the executor; in prod, authentication on and a mounted PostgreSQL CA,
+#      with a self-test of that rule), a structural lint of the Dockerfile, and the shape of the
 #      Grafana dashboard and the Prometheus rules.
 # The tools are installed on first use into .cache/deploy-tools (git-ignored):
 # kustomize with `go install` (Go module proxy), kubernetes-validate with pip into a

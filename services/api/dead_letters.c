@@ -28,14 +28,14 @@ static const char *const sql_dead_letter_claim =
 
 static json_t *row_to_json(PGresult *res, int row)
 {
-    json_t *item = json_pack("{s:I, s:s, s:i, s:I, s:s, s:i, s:s, s:s, s:s}", "id",
+    json_t *item = json_pack("{s:I, s:s, s:i, s:I, s:s, s:i, s:s, s:s, s:o}", "id",
                              (json_int_t)atoll(PQgetvalue(res, row, 0)), "source_topic",
                              PQgetvalue(res, row, 1), "source_partition",
                              atoi(PQgetvalue(res, row, 2)), "source_offset",
                              (json_int_t)atoll(PQgetvalue(res, row, 3)), "reason",
                              PQgetvalue(res, row, 5), "attempts", atoi(PQgetvalue(res, row, 6)),
                              "node_id", PQgetvalue(res, row, 7), "status",
-                             PQgetvalue(res, row, 8), "created_at", PQgetvalue(res, row, 9));
+                             PQgetvalue(res, row, 8), "created_at", st_api_time_json(res, row, 9));
     json_object_set_new(item, "instance_id", PQgetisnull(res, row, 4)
                                                  ? json_null()
                                                  : json_string(PQgetvalue(res, row, 4)));

@@ -245,11 +245,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
     }
     json_t *items = json_array();
     for (int i = 0; i < PQntuples(res); i++)
-        json_array_append_new(items, json_pack("{s:s, s:i, s:s, s:s}", "name",
+        json_array_append_new(items, json_pack("{s:s, s:i, s:s, s:o}", "name",
                                                PQgetvalue(res, i, 0), "version",
                                                atoi(PQgetvalue(res, i, 1)), "kind",
                                                PQgetvalue(res, i, 2), "created_at",
-                                               PQgetvalue(res, i, 3)));
+                                               st_api_time_json(res, i, 3)));
     json_t *body = json_pack("{s:o}", "items", items);
     int n = PQntuples(res);
     if (n == limit) {
@@ -294,14 +294,14 @@ static void handle_get(st_http_req_t *req, void *ctx)
         return;
     }
     json_error_t jerr;
-    st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:o, s:o, s:s}", "name",
+    st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "name",
                                            PQgetvalue(res, 0, 0), "version",
                                            atoi(PQgetvalue(res, 0, 1)), "kind",
                                            PQgetvalue(res, 0, 2), "source",
                                            json_loads(PQgetvalue(res, 0, 3), 0, &jerr),
                                            "canonical",
                                            json_loads(PQgetvalue(res, 0, 4), 0, &jerr),
-                                           "created_at", PQgetvalue(res, 0, 5)));
+                                           "created_at", st_api_time_json(res, 0, 5)));
     PQclear(res);
 }
 

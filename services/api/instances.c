@@ -169,16 +169,16 @@ static void answer_view(st_answer_t *out, PGresult *res, int status)
     set_json_column(body, "input", res, 0, 5);
     set_json_column(body, "output", res, 0, 6);
     set_json_column(body, "error", res, 0, 7);
-    set_text_column(body, "created_at", res, 0, 8);
-    set_text_column(body, "updated_at", res, 0, 9);
-    set_text_column(body, "ended_at", res, 0, 10);
+    json_object_set_new(body, "created_at", st_api_time_json(res, 0, 8));
+    json_object_set_new(body, "updated_at", st_api_time_json(res, 0, 9));
+    json_object_set_new(body, "ended_at", st_api_time_json(res, 0, 10));
     json_object_set_new(body, "state_version", json_integer(atoll(PQgetvalue(res, 0, 11))));
     json_t *waiting = json_null();
     if (!PQgetisnull(res, 0, 12)) {
         waiting = json_object();
         set_text_column(waiting, "kind", res, 0, 12);
         set_text_column(waiting, "token", res, 0, 13);
-        set_text_column(waiting, "until", res, 0, 14);
+        json_object_set_new(waiting, "until", st_api_time_json(res, 0, 14));
     }
     json_object_set_new(body, "waiting", waiting);
     st_answer_set(out, status, body);
@@ -376,21 +376,64 @@ done:
     free(input_text);
 }
 
-/* A time filter: an ISO 8601 date or timestamp PostgreSQL reads ("2026-11-23",
- * "2026-11-23T10:00:00Z", "2026-11-23T10:00:00.5+01:00"). */
+static int digits(const char *p, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+    int v = 0;
+    for (int i = 0; i < n; i++)
+        v = v * 10 + (p[i] - '0');
+    return v;
+}
+
+/* A time filter: an RFC 3339 / ISO 8601 date or timestamp that exists ("2026-11-23",
+ * "2026-11-23T10:00:00Z", "2026-11-23T10:00:00.5+01:00"); no 2026-02-31, no 25:00. */
 static int valid_time(const char *text)
 {
-    int y, mo, d, h = 0, mi = 0, n = 0;
+    static const int month_days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     size_t len = strlen(text);
-    if (len < 10 || len > 35 || strspn(text, "0123456789-:.TZ+ ") != len)
+    if (len < 10 || len > 35 || text[4] != '-' || text[7] != '-')
         return 0;
-    if (sscanf(text, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10 || y < 1 || mo < 1 ||
-        mo > 12 || d < 1 || d > 31)
+    int y = digits(text, 4), mo = digits(text + 5, 2), d = digits(text + 8, 2);
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > month_days[mo - 1])
         return 0;
-    if (len > 10 && (sscanf(text + 11, "%2d:%2d", &h, &mi) != 2 || (text[10] != 'T' && text[10] != ' ') ||
-                     h > 23 || mi > 59))
+    if (mo == 2 && d == 29 && !(y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))
         return 0;
-    return 1;
+    if (len == 10)
+        return 1;
+    const char *p = text + 10;
+    if ((*p != 'T' && *p != 't' && *p != ' ') || strlen(p) < 6 || p[3] != ':')
+        return 0;
+    int h = digits(p + 1, 2), mi = digits(p + 4, 2);
+    if (h < 0 || h > 23 || mi < 0 || mi > 59)
+        return 0;
+    p += 6;
+    if (*p == ':') {
+        int sec = digits(p + 1, 2);
+        if (strlen(p) < 3 || sec < 0 || sec > 60)
+            return 0;
+        p += 3;
+        if (*p == '.') {
+            size_t n = strspn(p + 1, "0123456789");
+            if (n < 1 || n > 6)
+                return 0;
+            p += 1 + n;
+        }
+    }
+    if (*p == '\0' || ((*p == 'Z' || *p == 'z') && p[1] == '\0'))
+        return 1;
+    if (*p != '+' && *p != '-')
+        return 0;
+    size_t rest = strlen(p + 1);
+    int oh = digits(p + 1, 2), om = 0;
+    if (rest == 5 && p[3] == ':')
+        om = digits(p + 4, 2);
+    else if (rest == 4)
+        om = digits(p + 3, 2);
+    else if (rest != 2)
+        return 0;
+    return oh >= 0 && oh <= 15 && om >= 0 && om <= 59;
 }
 
 static void handle_list(st_http_req_t *req, void *ctx)
@@ -417,7 +460,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
     char cursor_ts[24] = "", cursor_id[37] = "";
     if (cursor != NULL) {
         const char *sep = strchr(cursor, '_');
-        if (sep == NULL || sep - cursor >= (long)sizeof cursor_ts || !st_uuid_valid(sep + 1)) {
+        if (sep == NULL || sep == cursor || sep - cursor > 18 ||
+            strspn(cursor, "0123456789") != (size_t)(sep - cursor) || !st_uuid_valid(sep + 1)) {
             st_answer_problem(&answer, 400, "invalid_cursor", "cursor is not one this API issued",
                               "/cursor", NULL);
             st_api_reply(req, &answer);
@@ -455,8 +499,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
                                       atoi(PQgetvalue(res, i, 2))));
         set_text_column(item, "business_ref", res, i, 3);
         set_text_column(item, "status", res, i, 4);
-        set_text_column(item, "created_at", res, i, 5);
-        set_text_column(item, "updated_at", res, i, 6);
+        json_object_set_new(item, "created_at", st_api_time_json(res, i, 5));
+        json_object_set_new(item, "updated_at", st_api_time_json(res, i, 6));
         json_array_append_new(items, item);
     }
     json_t *body = json_pack("{s:o}", "items", items);
@@ -479,17 +523,17 @@ static const char *const sql_runtime_view =
     " rs.waiting_until, rs.last_signal_id, rs.last_error::text, rs.last_executed_by,"
     " rs.last_executed_at,"
     " (SELECT coalesce(jsonb_agg(jsonb_build_object('id', t.id, 'name', t.name, 'status', t.status,"
-    "   'roles', t.roles, 'assignee', t.assignee, 'deadline_at', t.deadline_at)), '[]')::text"
+    "   'roles', t.roles, 'assignee', t.assignee, 'deadline_at', " ST_API_SQL_TIME("t.deadline_at") ")), '[]')::text"
     "   FROM strand.tasks t WHERE t.instance_id = rs.instance_id AND t.status IN ('open', 'assigned')),"
     " (SELECT coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'transport', c.transport,"
     "   'status', c.status, 'attempt', c.attempt)), '[]')::text"
     "   FROM strand.calls c WHERE c.instance_id = rs.instance_id AND c.status IN ('pending', 'sent')),"
     " (SELECT coalesce(jsonb_agg(jsonb_build_object('ack_guid', a.ack_guid, 'consumer', a.consumer,"
-    "   'stage', a.stage, 'due_at', a.due_at, 'raises', a.raises)), '[]')::text"
+    "   'stage', a.stage, 'due_at', " ST_API_SQL_TIME("a.due_at") ", 'raises', a.raises)), '[]')::text"
     "   FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     "   WHERE w.instance_id = rs.instance_id AND a.due_at IS NOT NULL),"
     " (SELECT count(*) FROM strand.signal_buffer b WHERE b.instance_id = rs.instance_id),"
-    " (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', t.kind, 'due_at', t.due_at,"
+    " (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', t.kind, 'due_at', " ST_API_SQL_TIME("t.due_at") ","
     "   'token', t.waiting_token) ORDER BY t.due_at), '[]')::text"
     "   FROM strand.timers t WHERE t.instance_id = rs.instance_id AND t.fired_at IS NULL),"
     " rs.last_error_code"
@@ -534,11 +578,11 @@ static void handle_history(st_http_req_t *req, void *ctx)
             json_t *items = json_array();
             int n = PQntuples(res);
             for (int i = 0; i < n; i++)
-                json_array_append_new(items, json_pack("{s:I, s:s, s:o, s:s}", "id",
+                json_array_append_new(items, json_pack("{s:I, s:s, s:o, s:o}", "id",
                                                        (json_int_t)atoll(PQgetvalue(res, i, 0)),
                                                        "kind", PQgetvalue(res, i, 1), "detail",
                                                        json_column(res, i, 2), "at",
-                                                       PQgetvalue(res, i, 3)));
+                                                       st_api_time_json(res, i, 3)));
             json_t *body = json_pack("{s:o}", "items", items);
             json_object_set_new(body, "next_after", n == limit ? json_string(PQgetvalue(res, n - 1, 0))
                                                                : json_null());
@@ -577,7 +621,7 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
                 waiting = json_object();
                 set_text_column(waiting, "kind", res, 0, 2);
                 set_text_column(waiting, "token", res, 0, 3);
-                set_text_column(waiting, "until", res, 0, 4);
+                json_object_set_new(waiting, "until", st_api_time_json(res, 0, 4));
             }
             json_t *body = json_pack("{s:s, s:I, s:o, s:o}", "id", id, "state_version",
                                      (json_int_t)atoll(PQgetvalue(res, 0, 0)), "waiting", waiting,
@@ -586,7 +630,7 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
             json_object_set_new(body, "last_error", json_column(res, 0, 6));
             set_text_column(body, "last_error_code", res, 0, 14);
             set_text_column(body, "last_executed_by", res, 0, 7);
-            set_text_column(body, "last_executed_at", res, 0, 8);
+            json_object_set_new(body, "last_executed_at", st_api_time_json(res, 0, 8));
             json_object_set_new(body, "open_tasks", json_column(res, 0, 9));
             json_object_set_new(body, "calls_in_flight", json_column(res, 0, 10));
             json_object_set_new(body, "pending_acks", json_column(res, 0, 11));

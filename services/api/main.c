@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "command_pool.h"
@@ -27,15 +28,45 @@ void st_answer_set(st_answer_t *a, int status, json_t *body)
 void st_answer_problem(st_answer_t *a, int status, const char *code, const char *message,
                        const char *field, json_t *extra)
 {
-    json_t *body = json_pack("{s:i, s:s, s:s}", "status", status, "code", code, "message",
-                             message);
-    if (field != NULL)
-        json_object_set_new(body, "field", json_string(field));
-    if (extra != NULL) {
-        json_object_update(body, extra);
-        json_decref(extra);
+    st_answer_set(a, status, st_http_problem_new(status, code, message, field, extra));
+}
+
+const char *st_api_rfc3339(const char *pg, char *out, size_t len)
+{
+    size_t n = strlen(pg);
+    size_t off = 19;
+    while (off < n && pg[off] != '+' && pg[off] != '-')
+        off++;
+    int y, mo, d, h, mi, s, oh = 0, om = 0, os = 0;
+    if (n < 22 || off >= n || (pg[10] != ' ' && pg[10] != 'T') ||
+        sscanf(pg, "%4d-%2d-%2d%*c%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &s) != 6 ||
+        sscanf(pg + off + 1, "%2d:%2d:%2d", &oh, &om, &os) < 1) {
+        snprintf(out, len, "%s", pg);   /* infinity, BC dates: as PostgreSQL wrote them */
+        return out;
     }
-    st_answer_set(a, status, body);
+    const char *frac = pg + 19;
+    int frac_len = (int)(off - 19);   /* ".379597" or "" */
+    int offset = (oh * 3600 + om * 60 + os) * (pg[off] == '-' ? -1 : 1);
+    if (offset == 0) {
+        snprintf(out, len, "%.10sT%.8s%.*sZ", pg, pg + 11, frac_len, frac);
+        return out;
+    }
+    struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h,
+                    .tm_min = mi, .tm_sec = s};
+    time_t t = timegm(&tm) - offset;
+    gmtime_r(&t, &tm);
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, len, "%s%.*sZ", base, frac_len, frac);
+    return out;
+}
+
+json_t *st_api_time_json(PGresult *res, int row, int col)
+{
+    if (PQgetisnull(res, row, col))
+        return json_null();
+    char buf[64];
+    return json_string(st_api_rfc3339(PQgetvalue(res, row, col), buf, sizeof buf));
 }
 
 int st_api_request_timeout_ms = 10000;
@@ -44,7 +75,10 @@ st_err_t st_api_session_setup(PGconn *conn, st_errbuf_t *eb)
 {
     char sql[80];
     snprintf(sql, sizeof sql, "SET statement_timeout = %d", st_api_request_timeout_ms);
-    return st_pg_exec(conn, sql, 0, NULL, NULL, eb);
+    st_err_t err = st_pg_exec(conn, sql, 0, NULL, NULL, eb);
+    /* Times in answers are RFC 3339 in UTC (st_api_time_json()); jsonb renders a
+     * timestamptz in the session's zone. */
+    return err == ST_OK ? st_pg_exec(conn, "SET TimeZone = 'UTC'", 0, NULL, NULL, eb) : err;
 }
 
 /* STRAND_API_REQUEST_TIMEOUT_MS: 100 to 600000, default 10000. */
@@ -184,11 +218,15 @@ int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
 static int authenticate(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    const char *token = st_auth_bearer(st_http_header(req, "Authorization"));
+    const char *header = st_http_header(req, "Authorization");
+    const char *token = st_auth_bearer(header);
     if (st_auth_authenticate(api->auth, token, &api->current) == ST_OK)
         return 1;
     st_http_reply_problem(req, 401, "unauthenticated",
-                          token ? "the bearer token is not known" : "a bearer token is required",
+                          token ? "the bearer token is not known"
+                          : header ? "the Authorization header must be \"Bearer <token>\" with a token"
+                                     " of visible ASCII characters"
+                                   : "a bearer token is required",
                           NULL, NULL);
     return 0;
 }

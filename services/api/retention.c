@@ -43,7 +43,7 @@ static const char *const sql_retention_run =
     " (SELECT count(*) FROM letters), (SELECT count(*) FROM del_timers),"
     " (SELECT count(*) FROM del_processed), (SELECT count(*) FROM del_requests),"
     " (SELECT count(*) FROM del_instances), (SELECT count(*) FROM del_letters),"
-    " (now() - make_interval(secs => $1::bigint))::text";
+    " now() - make_interval(secs => $1::bigint)";
 
 /* Reads a non-negative integer field; returns 0 and answers 400 if it is malformed. */
 static int int_field(const json_t *args, const char *key, long long min, long long max,
@@ -118,7 +118,7 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *u
         return;
     }
     json_t *body = json_pack(
-        "{s:b, s:s, s:I, s:b, s:I}", "dry_run", json_is_true(dry), "cutoff", PQgetvalue(res, 0, 8),
+        "{s:b, s:o, s:I, s:b, s:I}", "dry_run", json_is_true(dry), "cutoff", st_api_time_json(res, 0, 8),
         "instances", (json_int_t)atoll(PQgetvalue(res, 0, 0)), "more",
         strcmp(PQgetvalue(res, 0, 1), "t") == 0, "dead_letters",
         (json_int_t)atoll(PQgetvalue(res, 0, 2)));

@@ -76,9 +76,8 @@ static json_t *task_row(PGresult *res, int row)
     json_object_set_new(item, "roles", roles);
     json_object_set_new(item, "assignee", PQgetisnull(res, row, 5)
                                               ? json_null() : json_string(PQgetvalue(res, row, 5)));
-    json_object_set_new(item, "created_at", json_string(PQgetvalue(res, row, 6)));
-    json_object_set_new(item, "deadline_at", PQgetisnull(res, row, 7)
-                                                 ? json_null() : json_string(PQgetvalue(res, row, 7)));
+    json_object_set_new(item, "created_at", st_api_time_json(res, row, 6));
+    json_object_set_new(item, "deadline_at", st_api_time_json(res, row, 7));
     return item;
 }
 
@@ -160,8 +159,7 @@ static void handle_get(st_http_req_t *req, void *ctx)
     json_error_t jerr;
     json_t *payload = json_loads(PQgetvalue(res, 0, 8), 0, &jerr);
     json_object_set_new(item, "payload", payload ? payload : json_object());
-    json_object_set_new(item, "completed_at", PQgetisnull(res, 0, 10)
-                                                  ? json_null() : json_string(PQgetvalue(res, 0, 10)));
+    json_object_set_new(item, "completed_at", st_api_time_json(res, 0, 10));
     PQclear(res);
     st_http_reply_json(req, 200, item);
 }

@@ -70,6 +70,12 @@ static void test_bearer_header(void)
     CU_ASSERT_PTR_NULL(st_auth_bearer("Basic abc"));
     CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer "));
     CU_ASSERT_PTR_NULL(st_auth_bearer(NULL));
+    /* Control characters, spaces and non-ASCII bytes inside the token: refused. */
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer abc\x01junk"));
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer abc\tjunk"));
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer abc junk"));
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer abc\x7f"));
+    CU_ASSERT_PTR_NULL(st_auth_bearer("Bearer abc\xc3\xa9"));
 }
 
 static void expect_bad(const char *doc, const char *fragment)

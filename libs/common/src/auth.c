@@ -153,6 +153,9 @@ const char *st_auth_bearer(const char *header)
     header += 7;
     while (*header == ' ')
         header++;
+    for (const char *p = header; *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e)
+            return NULL;   /* control characters, spaces, bytes outside ASCII */
     return *header ? header : NULL;
 }
 

@@ -69,6 +69,9 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_OUTBOX_RETENTION_S", 3600, 0, INT_MAX, outbox_retention_s);
     INT("STRAND_DEDUP_RETENTION_S", 7 * 86400, 3600, INT_MAX, dedup_retention_s);
     INT("STRAND_HTTP_MAX_BODY", 1 << 20, 1024, 64 << 20, max_body_bytes);
+    INT("STRAND_HTTP_MAX_HEADER_BYTES", 16384, 1024, 1 << 20, max_header_bytes);
+    INT("STRAND_HTTP_MAX_HEADERS", 100, 1, 10000, max_headers);
+    INT("STRAND_HTTP_HEADER_TIMEOUT_MS", 10000, 100, 600000, header_timeout_ms);
     INT("STRAND_PG_PREPARED", 1, 0, 1, pg_prepared);
     /* Engine limits: the ranges are st_engine_set_limits()'s (libs/engine/src/limits.c). */
     INT("STRAND_RUN_MAX_STEPS", 100000, 10, 100000000, run_max_steps);

@@ -10,8 +10,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "http_int.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
+#include "strand/util.h"
 
 #define MAX_PARAMS 8
 #define MAX_SEGMENTS 16
@@ -31,6 +33,7 @@ struct st_http_server {
     int max_body;
     st_http_guard_fn guard;
     void *guard_ctx;
+    st_edge_t edge;  /* request-head checks on the raw bytes (http_edge.c) */
 };
 
 struct st_http_req {
@@ -47,11 +50,15 @@ struct st_http_req {
     int on_heap;     /* a deferred copy: freed by its reply */
     const char *method;   /* static string, kept for metrics after the reply */
     int gone;        /* the client closed the connection while deferred */
+    int close;       /* answer with Connection: close */
+    char allow[64];  /* an Allow header for the answer, or "" */
+    st_edge_t *edge;
     double started;
 };
 
 static void record_metrics(const st_http_req_t *req);
 static void free_req_parts(st_http_req_t *req);
+static void reply_empty(st_http_req_t *req, int status);
 
 static const char *method_name(enum evhttp_cmd_type cmd)
 {
@@ -62,6 +69,9 @@ static const char *method_name(enum evhttp_cmd_type cmd)
     case EVHTTP_REQ_DELETE: return "DELETE";
     case EVHTTP_REQ_PATCH: return "PATCH";
     case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
     default: return "OTHER";
     }
 }
@@ -142,10 +152,14 @@ static void free_req_parts(st_http_req_t *req)
     req->query_parsed = 0;
 }
 
+void st_http_req_mark_gone(st_http_req_t *req)
+{
+    req->gone = 1;
+}
+
 static void on_connection_closed(struct evhttp_connection *conn, void *arg)
 {
-    st_http_req_t *req = arg;
-    req->gone = 1;
+    st_http_req_mark_gone(arg);
 }
 
 st_http_req_t *st_http_defer(st_http_req_t *req)
@@ -164,7 +178,12 @@ st_http_req_t *st_http_defer(st_http_req_t *req)
     req->deferred = 1;
     req->nparams = 0;           /* the copy owns the parameters now */
     req->query_parsed = 0;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), on_connection_closed, copy);
+    st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
+    if (conn != NULL)
+        conn->deferred = copy;  /* the edge's close callback marks it gone */
+    else                        /* the edge never saw the connection (out of memory) */
+        evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
+                                      on_connection_closed, copy);
     return copy;
 }
 
@@ -173,12 +192,62 @@ int st_http_req_gone(const st_http_req_t *req)
     return req->gone;
 }
 
+/* Adds `method` to a comma-separated Allow list unless it is there already. */
+static void allow_add(char *allow, size_t len, const char *method)
+{
+    const char *p = allow;
+    size_t mlen = strlen(method);
+    while ((p = strstr(p, method)) != NULL) {
+        if ((p == allow || p[-1] == ' ') && (p[mlen] == ',' || p[mlen] == '\0'))
+            return;
+        p += mlen;
+    }
+    size_t used = strlen(allow);
+    snprintf(allow + used, len - used, "%s%s", used ? ", " : "", method);
+}
+
+/* The methods routed for `path`, as an Allow header value (OPTIONS included). */
+static void allowed_methods(const st_http_server_t *srv, const char *path, char *allow,
+                            size_t len)
+{
+    allow[0] = '\0';
+    for (const route_t *rt = srv->routes; rt != NULL; rt = rt->next) {
+        st_http_req_t probe = {0};
+        if (!route_match(rt, path, &probe))
+            continue;
+        free_req_parts(&probe);
+        allow_add(allow, len, rt->method);
+    }
+    allow_add(allow, len, "OPTIONS");
+}
+
+/* Answers a request whose head the edge refused (it replaced it by a marked one). */
+static int answer_refused(st_http_server_t *srv, st_http_req_t *req)
+{
+    const char *mark = evhttp_find_header(evhttp_request_get_input_headers(req->ev),
+                                          "X-Strand-Edge");
+    if (mark == NULL || strcmp(mark, srv->edge.secret) != 0)
+        return 0;
+    st_edge_conn_t *conn = st_edge_conn_of(&srv->edge, req->ev);
+    req->close = 1;
+    if (conn == NULL || conn->refused_code == NULL)
+        st_http_reply_problem(req, 400, "invalid_request", "the request was refused", NULL, NULL);
+    else
+        st_http_reply_problem(req, conn->refused_status, conn->refused_code,
+                              conn->refused_message, NULL, NULL);
+    return 1;
+}
+
 static void dispatch(struct evhttp_request *ev, void *arg)
 {
     st_http_server_t *srv = arg;
     const char *method = method_name(evhttp_request_get_command(ev));
     st_http_req_t req = {.ev = ev, .max_body = srv->max_body, .started = now_seconds(),
-                         .method = method};
+                         .method = method, .edge = &srv->edge};
+    if (answer_refused(srv, &req)) {
+        record_metrics(&req);
+        return;
+    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
     const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
     char *path = raw_path ? evhttp_uridecode(raw_path, 0, NULL) : NULL;
@@ -212,9 +281,15 @@ static void dispatch(struct evhttp_request *ev, void *arg)
             st_http_reply_problem(&req, 500, "internal", "the handler did not answer", NULL,
                                   NULL);
         }
+    } else if (path_known && strcmp(method, "OPTIONS") == 0) {
+        allowed_methods(srv, path, req.allow, sizeof req.allow);
+        reply_empty(&req, 204);
     } else if (path_known) {
-        st_http_reply_problem(&req, 405, "method_not_allowed",
-                              "this path does not accept that method", NULL, NULL);
+        allowed_methods(srv, path, req.allow, sizeof req.allow);
+        char msg[160];
+        snprintf(msg, sizeof msg, "this path does not accept %s; it accepts %s", method,
+                 req.allow);
+        st_http_reply_problem(&req, 405, "method_not_allowed", msg, NULL, NULL);
     } else {
         st_http_reply_problem(&req, 404, "route_not_found", "no such route", NULL, NULL);
     }
@@ -232,18 +307,36 @@ st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body
     srv->evhttp = evhttp_new(base);
     srv->tail = &srv->routes;
     srv->max_body = max_body_bytes;
-    if (srv->evhttp == NULL || evhttp_bind_socket(srv->evhttp, addr, (ev_uint16_t)port) != 0) {
+    srv->edge = (st_edge_t){.evhttp = srv->evhttp, .max_body = max_body_bytes,
+                            .max_head_bytes = ST_HTTP_DEFAULT_MAX_HEAD_BYTES,
+                            .max_headers = ST_HTTP_DEFAULT_MAX_HEADERS,
+                            .head_timeout_ms = ST_HTTP_DEFAULT_HEAD_TIMEOUT_MS,
+                            .idle_timeout_s = 30};
+    st_uuid_new(srv->edge.secret);
+    if (srv->evhttp == NULL || st_edge_install(&srv->edge) != 0) {
         if (srv->evhttp)
             evhttp_free(srv->evhttp);
+        st_edge_close(&srv->edge);
+        free(srv);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not set up the HTTP server");
+    }
+    if (evhttp_bind_socket(srv->evhttp, addr, (ev_uint16_t)port) != 0) {
+        evhttp_free(srv->evhttp);
+        st_edge_close(&srv->edge);
         free(srv);
         return st_err_set(eb, ST_ERR_CONFIG, "could not listen on %s:%d", addr, port);
     }
-    /* Oversized bodies are refused by evhttp itself (413) before a handler runs. */
+    /* The edge refuses oversized heads and bodies with a problem before evhttp reads
+     * them; evhttp's own limits stay as a backstop. */
     evhttp_set_max_body_size(srv->evhttp, (ev_ssize_t)max_body_bytes);
-    evhttp_set_timeout(srv->evhttp, 30);
+    evhttp_set_max_headers_size(srv->evhttp, (ev_ssize_t)srv->edge.max_head_bytes + 1024);
+    evhttp_set_timeout(srv->evhttp, srv->edge.idle_timeout_s);
+    /* Every method reaches the router, which answers 405 (with Allow), 404 or OPTIONS;
+     * the edge refuses methods it does not know (501) before evhttp parses them. */
     evhttp_set_allowed_methods(srv->evhttp, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                                 EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH |
-                                                EVHTTP_REQ_HEAD);
+                                                EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS |
+                                                EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_gencb(srv->evhttp, dispatch, srv);
     *out = srv;
     return ST_OK;
@@ -254,6 +347,7 @@ void st_http_server_free(st_http_server_t *srv)
     if (srv == NULL)
         return;
     evhttp_free(srv->evhttp);
+    st_edge_close(&srv->edge);
     route_t *rt = srv->routes;
     while (rt != NULL) {
         route_t *next = rt->next;
@@ -276,6 +370,19 @@ static void add_route(st_http_server_t *srv, const char *method, const char *pat
     rt->public = public;
     *srv->tail = rt;
     srv->tail = &rt->next;
+}
+
+st_err_t st_http_server_set_limits(st_http_server_t *srv, int max_head_bytes, int max_headers,
+                                   int head_timeout_ms, st_errbuf_t *eb)
+{
+    if (max_head_bytes < 1024 || max_headers < 1 || head_timeout_ms < 100)
+        return st_err_set(eb, ST_ERR_CONFIG, "HTTP limits out of range");
+    if (st_edge_set_head_limit(&srv->edge, max_head_bytes) != 0)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the head buffer");
+    srv->edge.max_headers = max_headers;
+    srv->edge.head_timeout_ms = head_timeout_ms;
+    evhttp_set_max_headers_size(srv->evhttp, (ev_ssize_t)max_head_bytes + 1024);
+    return ST_OK;
 }
 
 void *st_http_server_evhttp(st_http_server_t *srv)
@@ -378,18 +485,34 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
         return;
     }
     struct evkeyvalq *headers = evhttp_request_get_output_headers(req->ev);
-    evhttp_add_header(headers, "Content-Type", content_type);
+    if (content_type != NULL)
+        evhttp_add_header(headers, "Content-Type", content_type);
+    if (req->allow[0] != '\0')
+        evhttp_add_header(headers, "Allow", req->allow);
+    if (req->close)
+        evhttp_add_header(headers, "Connection", "close");
     struct evbuffer *out = evbuffer_new();
     evbuffer_add(out, data, len);
-    if (req->on_heap)
-        evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), NULL, NULL);
-    evhttp_send_reply(req->ev, status, NULL, out);   /* req->ev may be freed from here */
+    if (req->on_heap) {
+        st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
+        if (conn != NULL && conn->deferred == req)
+            conn->deferred = NULL;
+        else if (conn == NULL)
+            evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), NULL, NULL);
+    }
+    evhttp_send_reply(req->ev, status, st_http_status_title(status), out);   /* req->ev may be freed from here */
     evbuffer_free(out);
     if (req->on_heap) {
         record_metrics(req);
         free_req_parts(req);
         free(req);
     }
+}
+
+/* An answer without a body (204 to OPTIONS). */
+static void reply_empty(st_http_req_t *req, int status)
+{
+    reply(req, status, NULL, "", 0);
 }
 
 void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,
@@ -416,16 +539,58 @@ void st_http_reply_json(st_http_req_t *req, int status, json_t *body)
     reply_json_as(req, status, "application/json", body);
 }
 
-void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
-                           const char *message, const char *field, json_t *extra)
+const char *st_http_status_title(int status)
 {
-    json_t *body = json_pack("{s:i, s:s, s:s}", "status", status, "code", code, "message",
-                             message);
+    switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return status >= 500 ? "Server Error" : "Client Error";
+    }
+}
+
+json_t *st_http_problem_new(int status, const char *code, const char *message,
+                            const char *field, json_t *extra)
+{
+    if (code == NULL)
+        code = "error";
+    if (message == NULL)
+        message = st_http_status_title(status);
+    char type[160];
+    snprintf(type, sizeof type, "urn:strand:problem:%s", code);
+    json_t *body = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s}", "type", type, "title",
+                             st_http_status_title(status), "status", status, "detail", message,
+                             "code", code, "message", message);
     if (field != NULL)
         json_object_set_new(body, "field", json_string(field));
     if (extra != NULL) {
-        json_object_update(body, extra);
+        json_object_update_missing(body, extra);
         json_decref(extra);
     }
-    reply_json_as(req, status, "application/problem+json", body);
+    return body;
+}
+
+void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
+                           const char *message, const char *field, json_t *extra)
+{
+    reply_json_as(req, status, "application/problem+json",
+                  st_http_problem_new(status, code, message, field, extra));
 }

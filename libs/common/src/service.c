@@ -85,6 +85,9 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         return st_err_set(eb, ST_ERR_INTERNAL, "could not create the event loop");
     st_err_t err = st_http_server_new(svc->base, svc->cfg.http_addr, svc->cfg.http_port,
                                       svc->cfg.max_body_bytes, &svc->http, eb);
+    if (err == ST_OK)
+        err = st_http_server_set_limits(svc->http, svc->cfg.max_header_bytes,
+                                        svc->cfg.max_headers, svc->cfg.header_timeout_ms, eb);
     if (err != ST_OK)
         return err;
     add_public_routes(svc);

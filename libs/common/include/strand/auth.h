@@ -40,7 +40,8 @@ int st_auth_enabled(const st_auth_t *auth);
 st_err_t st_auth_authenticate(const st_auth_t *auth, const char *token, st_principal_t *who);
 
 /* Extracts the token from an Authorization header value; NULL if it is not
- * "Bearer <token>". Borrowed from `header`. */
+ * "Bearer <token>" with a token of visible ASCII characters only (no control
+ * characters, spaces or other bytes). Borrowed from `header`. */
 const char *st_auth_bearer(const char *header);
 
 /* True if `who` holds `role` (or is an admin). */

@@ -29,6 +29,9 @@ typedef struct {
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
+    int max_header_bytes;      /* STRAND_HTTP_MAX_HEADER_BYTES: request line + headers */
+    int max_headers;           /* STRAND_HTTP_MAX_HEADERS: header fields per request */
+    int header_timeout_ms;     /* STRAND_HTTP_HEADER_TIMEOUT_MS: time to send a head */
     int pg_prepared;           /* STRAND_PG_PREPARED: 1 = prepared statements, 0 = off */
     /* Engine limits (docs/configuration.md, "Engine limits"; engine.h st_engine_limits_t) */
     int run_max_steps;         /* STRAND_RUN_MAX_STEPS: steps one run may execute */

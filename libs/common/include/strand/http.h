@@ -18,11 +18,29 @@ typedef struct st_http_req st_http_req_t;
 typedef struct st_http_server st_http_server_t;
 typedef void (*st_http_handler_fn)(st_http_req_t *req, void *ctx);
 
+/* Defaults of the request-head limits (see st_http_server_set_limits()). */
+#define ST_HTTP_DEFAULT_MAX_HEAD_BYTES 16384
+#define ST_HTTP_DEFAULT_MAX_HEADERS 100
+#define ST_HTTP_DEFAULT_HEAD_TIMEOUT_MS 10000
+
 /* Binds addr:port on the event base `base` (a struct event_base *, passed as void *
  * so that callers need no libevent header). Caller frees with st_http_server_free(). */
 st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body_bytes,
                             st_http_server_t **out, st_errbuf_t *eb);
 void st_http_server_free(st_http_server_t *srv);
+
+/* The request-head limits, checked on the raw bytes before evhttp parses a request
+ * (http_edge.c): a head (request line and headers) of at most `max_head_bytes`
+ * (431), at most `max_headers` header fields (431), and at most `head_timeout_ms` from
+ * its first byte to its end (the connection is closed). Every server also refuses
+ * with a problem, before any handler runs: a body over max_body_bytes (413), a
+ * repeated Content-Length, Content-Length with Transfer-Encoding, a malformed
+ * Content-Length, control characters (NUL, CR) in the head, a target that is not a
+ * path (400), any Transfer-Encoding (411: bodies need a Content-Length) and unknown
+ * methods or CONNECT (501). ST_ERR_CONFIG if a limit is out of
+ * range (head bytes >= 1024, headers >= 1, timeout >= 100 ms). */
+st_err_t st_http_server_set_limits(st_http_server_t *srv, int max_head_bytes, int max_headers,
+                                   int head_timeout_ms, st_errbuf_t *eb);
 
 /* The underlying struct evhttp * (for the fuzz harness, which feeds raw connections
  * into the router). Borrowed; valid until st_http_server_free(). */
@@ -70,9 +88,16 @@ void st_http_reply_json(st_http_req_t *req, int status, json_t *body);
 /* Answers with a text body (copied). */
 void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,
                         const char *text);
-/* Answers with application/problem+json: {"status","code","message","field"?,...}.
- * `field` (a JSON pointer into the request) may be NULL; `extra` (may be NULL) is
- * merged into the body and stolen. */
+/* The reason phrase of an HTTP status ("Not Found"). Static. */
+const char *st_http_status_title(int status);
+/* A problem document (RFC 9457): {"type": "urn:strand:problem:<code>", "title": the
+ * status's phrase, "status", "detail": message, "code", "message": message (kept for
+ * older clients), "field"?}. `field` (a JSON pointer into the request) may be NULL;
+ * the members of `extra` (may be NULL; stolen) are added where the body has none.
+ * Caller decrefs the result. */
+json_t *st_http_problem_new(int status, const char *code, const char *message,
+                            const char *field, json_t *extra);
+/* Answers with application/problem+json: st_http_problem_new()'s document. */
 void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
                            const char *message, const char *field, json_t *extra);
 
