@@ -22,15 +22,18 @@ struct st_recovery {
 
 /* A signal row `e` (with id, signal_id, instance_id) whose signal was never applied
  * while its instance waits: no dedup record (every signal the executor consumed has
- * one, whatever its outcome), the instance exists and has not ended, and it is not in
- * the dead-letter store (same instance, same bytes). */
-#define LOST(e)                                                                          \
+ * one, whatever its outcome) and the instance exists and has not ended. */
+#define UNAPPLIED(e)                                                                     \
     " " e ".signal_id IS NOT NULL"                                                       \
     " AND NOT EXISTS (SELECT 1 FROM strand.processed_signals p"                          \
     "   WHERE p.signal_id = " e ".signal_id)"                                            \
     " AND EXISTS (SELECT 1 FROM strand.instances i WHERE i.id = " e ".instance_id"       \
-    "   AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated'))"         \
-    " AND NOT EXISTS (SELECT 1 FROM strand.dead_letters d JOIN strand.outbox o2"         \
+    "   AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated'))"
+/* ... and not in the dead-letter store (same instance, same bytes). Checked only on
+ * the few rows UNAPPLIED() leaves (a MATERIALIZED step keeps the planner from
+ * running it on every examined row). */
+#define NOT_DEAD(e)                                                                      \
+    " NOT EXISTS (SELECT 1 FROM strand.dead_letters d JOIN strand.outbox o2"             \
     "   ON o2.id = " e ".id WHERE d.instance_id = " e ".instance_id"                     \
     "   AND d.payload = o2.payload)"
 
@@ -44,8 +47,9 @@ static const char *const sql_sweep_new =
     " edge AS (SELECT coalesce(min(id), 9223372036854775807) AS id FROM scan"
     "   WHERE published_at IS NULL OR published_at > now() - make_interval(secs => $3::int)),"
     " examined AS (SELECT s.* FROM scan s, edge WHERE s.id < edge.id),"
-    " lost AS (SELECT e.id FROM examined e"
-    "   WHERE e.created_at > now() - make_interval(secs => $4::int) AND" LOST("e") "),"
+    " unapplied AS MATERIALIZED (SELECT e.id, e.instance_id FROM examined e"
+    "   WHERE e.created_at > now() - make_interval(secs => $4::int) AND" UNAPPLIED("e") "),"
+    " lost AS (SELECT u.id FROM unapplied u WHERE" NOT_DEAD("u") "),"
     " marked AS (UPDATE strand.outbox o SET published_at = NULL, recoveries = o.recoveries + 1"
     "   FROM lost l WHERE o.id = l.id AND o.published_at IS NOT NULL"
     "   RETURNING o.id, o.signal_id, o.instance_id)"
@@ -63,8 +67,10 @@ static const char *const sql_sweep_watched =
     "   WHERE recoveries > 0 AND published_at IS NOT NULL"
     "   AND published_at < now() - make_interval(secs => $2::int * power(2, least(recoveries, 4)))"
     "   ORDER BY id LIMIT $1::int),"
-    " lost AS (SELECT e.id, e.recoveries, e.signal_id, e.instance_id FROM due e"
-    "   WHERE e.created_at > now() - make_interval(secs => $3::int) AND" LOST("e") "),"
+    " unapplied AS MATERIALIZED (SELECT e.id, e.recoveries, e.signal_id, e.instance_id"
+    "   FROM due e WHERE e.created_at > now() - make_interval(secs => $3::int) AND"
+    UNAPPLIED("e") "),"
+    " lost AS (SELECT * FROM unapplied u WHERE" NOT_DEAD("u") "),"
     " again AS (UPDATE strand.outbox o SET published_at = NULL, recoveries = o.recoveries + 1"
     "   FROM lost l WHERE o.id = l.id AND l.recoveries < $4::int RETURNING o.id),"
     " settled AS (UPDATE strand.outbox o SET recoveries = 0 FROM due d WHERE o.id = d.id"
