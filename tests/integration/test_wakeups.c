@@ -330,6 +330,42 @@ static void test_signals_topic_recreated(void)
         free(waiting[i]);
         free(timed[i]);
     }
+
+    /* Again with the executor running: signals sent while the topic is deleted and
+     * created again, some lost in flight, some published into the new topic. */
+    since_ms = it_sql_number("SELECT (extract(epoch FROM now()) * 1000)::bigint");
+    for (int i = 0; i < LOST_N; i++) {
+        waiting[i] = start(def_signal, "200ms");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(waiting[i]);
+    }
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND status = 'waiting' AND created_at >= to_timestamp(%lld / 1000.0)",
+             def_signal, since_ms);
+    CU_ASSERT_EQUAL(it_wait_number(sql, LOST_N, 60), LOST_N);
+    t0 = now_s();
+    for (int i = 0; i < LOST_N; i++) {
+        char path[160];
+        snprintf(path, sizeof path, "/v1/instances/%s/signals", waiting[i]);
+        CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\",\"payload\":{\"n\":2}}", NULL), 202);
+        if (i == LOST_N / 4)
+            CU_ASSERT_EQUAL(topic_admin(0), RD_KAFKA_RESP_ERR_NO_ERROR);
+        if (i == LOST_N / 2) {
+            deadline = time(NULL) + 60;
+            while ((err = topic_admin(1)) != RD_KAFKA_RESP_ERR_NO_ERROR && time(NULL) < deadline)
+                usleep(500 * 1000);
+            CU_ASSERT_EQUAL(err, RD_KAFKA_RESP_ERR_NO_ERROR);
+        }
+        usleep(50 * 1000);
+    }
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND status = 'completed' AND created_at >= to_timestamp(%lld / 1000.0)",
+             def_signal, since_ms);
+    completed = it_wait_number(sql, LOST_N, 120);
+    fprintf(stderr, "wakeups: executor running: %lld of %d instances completed %.1f s after the"
+            " first signal\n", completed, LOST_N, now_s() - t0);
+    CU_ASSERT_EQUAL(completed, LOST_N);
+    for (int i = 0; i < LOST_N; i++)
+        free(waiting[i]);
     CU_ASSERT_TRUE(it_stop_all());
     unsetenv("STRAND_RECOVERY_GRACE_S");
     unsetenv("STRAND_RECOVERY_INTERVAL_S");
