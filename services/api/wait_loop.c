@@ -90,7 +90,16 @@ static void instance_changed(st_waiters_t *w, const char *id, st_metric_t *woken
         waiter_t *next = wt->next;
         if (id == NULL || strcmp(wt->instance_id, id) == 0) {
             st_answer_t view = {0};
-            if (st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view)) {
+            int moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+            if (view.status >= 500) {
+                /* The read connection died with the server (a restart): the first
+                 * statement finds out, the second reconnects. Still down: stay
+                 * parked, the timeout answers. */
+                st_answer_close(&view);
+                moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+                moved = moved && view.status < 500;
+            }
+            if (moved) {
                 st_metric_inc(woken);
                 finish(wt, &view);
             } else {

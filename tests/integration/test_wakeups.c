@@ -11,6 +11,8 @@
  *    started again, an instance runs from start to completion, a start-and-wait and a
  *    long poll answer within about 100 ms of the change they wait for (printed;
  *    asserted under 1 s, against a wait_ms of 8 s).
+ *    Also a long poll parked while PostgreSQL restarts: the API's LISTEN connection
+ *    comes back by itself and the poll answers at the change.
  * 3. Signals lost by Kafka come back: with the executor stopped, signals are published
  *    to the signals topic, which is then deleted and created again (the Kafka admin
  *    API); instances waiting for those signals and for timers all complete, through
@@ -18,6 +20,7 @@
  */
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +172,8 @@ static void check_wakeups(const char *label)
     double t1 = now_s();
     CU_ASSERT_EQUAL(status, 201);
     const char *sid = json_string_value(json_object_get(answer, "id"));
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "status")), "completed");
+    const char *st = json_string_value(json_object_get(answer, "status"));
+    CU_ASSERT_STRING_EQUAL(st ? st : "(none)", "completed");
     double start_late = sid ? since_end(sid, t1) : 1e9;
     json_decref(answer);
 
@@ -185,7 +189,8 @@ static void check_wakeups(const char *label)
     status = it_http(IT_API, "GET", path, NULL, &answer);
     double p1 = now_s();
     CU_ASSERT_EQUAL(status, 200);
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "status")), "completed");
+    st = json_string_value(json_object_get(answer, "status"));
+    CU_ASSERT_STRING_EQUAL(st ? st : "(none)", "completed");
     json_decref(answer);
     double poll_late = since_end(id, p1);
     free(id);
@@ -221,6 +226,55 @@ static void test_redis_stopped_mid_run(void)
     CU_ASSERT_EQUAL(it_stack("start redis"), 0);
     sleep(6);   /* the API and the executor reconnect within 5 s */
     check_wakeups("Redis started again");
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+typedef struct {
+    char path[200];
+    long status;
+    json_t *answer;
+    double answered_at;
+} parked_poll_t;
+
+static void *park_poll(void *arg)
+{
+    parked_poll_t *p = arg;
+    p->status = it_http(IT_API, "GET", p->path, NULL, &p->answer);
+    p->answered_at = now_s();
+    return NULL;
+}
+
+static void test_long_poll_across_postgres_restart(void)
+{
+    char *saved = getenv("STRAND_REDIS_URL") ? strdup(getenv("STRAND_REDIS_URL")) : NULL;
+    unsetenv("STRAND_REDIS_URL");   /* only the PostgreSQL path can wake it */
+    CU_ASSERT_FATAL(it_start_all(90));
+    if (saved != NULL)
+        setenv("STRAND_REDIS_URL", saved, 1);
+    free(saved);
+    import_definitions();
+    char *id = start(def_timer, "12s");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE"
+             " instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+    parked_poll_t poll = {0};
+    snprintf(poll.path, sizeof poll.path, "/v1/instances/%s?wait_ms=30000&after_version=1", id);
+    pthread_t thread;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&thread, NULL, park_poll, &poll), 0);
+    usleep(500 * 1000);
+    CU_ASSERT_EQUAL(it_stack("restart postgres"), 0);
+    pthread_join(thread, NULL);
+    CU_ASSERT_EQUAL(poll.status, 200);
+    const char *status = json_string_value(json_object_get(poll.answer, "status"));
+    CU_ASSERT_STRING_EQUAL(status ? status : "(none)", "completed");
+    json_decref(poll.answer);
+    double late = since_end(id, poll.answered_at);
+    fprintf(stderr, "\nwakeups (PostgreSQL restarted under a parked long poll): answered %.0f ms"
+            " after the change, wait_ms 30000\n", late * 1000);
+    CU_ASSERT_TRUE(late < 1.0);
+    free(id);
     CU_ASSERT_TRUE(it_stop_all());
 }
 
@@ -381,6 +435,8 @@ int main(void)
          test_timers_in_the_query_window_fire_on_time},
         {"without Redis, waits answer at the change", test_without_redis},
         {"with Redis stopped mid-run, waits answer at the change", test_redis_stopped_mid_run},
+        {"a long poll parked while PostgreSQL restarts answers at the change",
+         test_long_poll_across_postgres_restart},
         {"signals lost with the topic are published again", test_signals_topic_recreated},
     };
     return it_run_suite("wakeups", cases, (int)(sizeof cases / sizeof cases[0]));
