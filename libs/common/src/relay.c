@@ -407,7 +407,9 @@ static void *relay_main(void *arg)
             continue;
         }
         relay_purge(r);
-        if (st_recovery_due(r->recovery) && st_recovery_sweep(r->recovery, r->conn) > 0)
+        /* Not while Kafka is unreachable: signals wait unconsumed then, not lost. */
+        if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) && st_recovery_due(r->recovery) &&
+            st_recovery_sweep(r->recovery, r->conn) > 0)
             continue;   /* publish what it marked at once */
         if (PQstatus(r->conn) != CONNECTION_OK) {
             relay_disconnect(r);
