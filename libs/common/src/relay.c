@@ -362,9 +362,10 @@ static void relay_wait(st_relay_t *r)
     }
     struct pollfd pfd[2] = {{.fd = PQsocket(r->conn), .events = POLLIN},
                             {.fd = r->stop_pipe[0], .events = POLLIN}};
-    int wait_ms = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) ? SAFETY_WAIT_MS : 1000;
+    int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
+    int wait_ms = kafka_up ? SAFETY_WAIT_MS : 1000;
     long long sweep_in = st_recovery_wait_ms(r->recovery);
-    if (sweep_in < wait_ms)
+    if (kafka_up && sweep_in < wait_ms)   /* no sweep while Kafka is down (relay_main) */
         wait_ms = (int)sweep_in;
     poll(pfd, 2, wait_ms);
     rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
