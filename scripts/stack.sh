@@ -4,6 +4,7 @@
 #
 #   scripts/stack.sh start|stop|status|env
 #   scripts/stack.sh restart postgres|kafka|redis     (fault injection in tests)
+#   scripts/stack.sh stop redis / start redis          (Redis alone: it is optional)
 #
 # Idempotent: `start` starts only what is not running and waits until each part is
 # ready; `stop` stops only what this stack directory started (by PID file). Ports and
@@ -197,8 +198,8 @@ ENV
 }
 
 case "${1:-}" in
-  start) pg_start; redis_start; kafka_start ;;
-  stop) kafka_stop; redis_stop; pg_stop ;;
+  start) if [ "${2:-}" = redis ]; then redis_start; else pg_start; redis_start; kafka_start; fi ;;
+  stop) if [ "${2:-}" = redis ]; then redis_stop; else kafka_stop; redis_stop; pg_stop; fi ;;
   status)
     rc=0
     status_line postgres pg_ready "127.0.0.1:$pg_port" || rc=1

@@ -1,4 +1,5 @@
-/* wait_loop.c - long polling woken by Redis hints (see wait_loop.h). */
+/* wait_loop.c - long polling woken by PostgreSQL notifications and Redis hints (see
+ * wait_loop.h). */
 #include "wait_loop.h"
 
 #include <adapters/libevent.h>
@@ -15,6 +16,7 @@
 #include "strand/pg.h"
 
 #define RECONNECT_S 5
+#define PG_RECONNECT_MS 500
 #define RECENT_HINTS 1024   /* instance ids of the last hints, for st_waiters_hinted_since() */
 
 typedef struct waiter {
@@ -32,10 +34,14 @@ struct st_waiters {
     waiter_t *head;
     redisAsyncContext *redis;
     struct event *reconnect;
+    PGconn *pg;                      /* LISTEN ST_WAKE_CHANNEL; NULL while down */
+    struct event *pg_read;           /* readable socket of `pg` */
+    struct event *pg_reconnect;
+    int pg_was_down;                 /* a notification may have been missed */
     char host[200];
     int port;
     char channel[96];
-    st_metric_t *m_woken, *m_timed_out;
+    st_metric_t *m_woken, *m_woken_pg, *m_timed_out;
     unsigned long long hints_seen;
     char recent[RECENT_HINTS][40];   /* ring: hint n is at n % RECENT_HINTS */
 };
@@ -69,22 +75,32 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     finish(wt, NULL);
 }
 
-static void on_hint(redisAsyncContext *c, void *r, void *privdata)
+/* Instance `id` changed (a Redis hint or a PostgreSQL notification, whichever comes
+ * first; the other finds nothing left to do, or an unmoved view): answers the waiters
+ * on it whose instance moved on. `id` NULL: any instance may have changed (a wake-up
+ * path was down), so every waiter looks again. */
+static void instance_changed(st_waiters_t *w, const char *id, st_metric_t *woken)
 {
-    st_waiters_t *w = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-        reply->element[2]->type != REDIS_REPLY_STRING)
-        return;   /* the subscribe confirmation, or a disconnect */
-    const char *id = reply->element[2]->str;
-    snprintf(w->recent[w->hints_seen++ % RECENT_HINTS], sizeof w->recent[0], "%s", id);
+    if (id != NULL)
+        snprintf(w->recent[w->hints_seen++ % RECENT_HINTS], sizeof w->recent[0], "%s", id);
+    else
+        w->hints_seen += RECENT_HINTS + 1;   /* st_waiters_hinted_since() cannot tell */
     waiter_t *wt = w->head;
     while (wt != NULL) {
         waiter_t *next = wt->next;
-        if (strcmp(wt->instance_id, id) == 0) {
+        if (id == NULL || strcmp(wt->instance_id, id) == 0) {
             st_answer_t view = {0};
-            if (st_api_instance_view(w->api, id, wt->after_version, &view)) {
-                st_metric_inc(w->m_woken);
+            int moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+            if (view.status >= 500) {
+                /* The read connection died with the server (a restart): the first
+                 * statement finds out, the second reconnects. Still down: stay
+                 * parked, the timeout answers. */
+                st_answer_close(&view);
+                moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+                moved = moved && view.status < 500;
+            }
+            if (moved) {
+                st_metric_inc(woken);
                 finish(wt, &view);
             } else {
                 st_answer_close(&view);
@@ -92,6 +108,85 @@ static void on_hint(redisAsyncContext *c, void *r, void *privdata)
         }
         wt = next;
     }
+}
+
+static void on_hint(redisAsyncContext *c, void *r, void *privdata)
+{
+    st_waiters_t *w = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+        reply->element[2]->type != REDIS_REPLY_STRING)
+        return;   /* the subscribe confirmation, or a disconnect */
+    instance_changed(w, reply->element[2]->str, w->m_woken);
+}
+
+/* ---- the PostgreSQL path --------------------------------------------------------- */
+
+static void pg_listen(st_waiters_t *w);
+
+static void pg_down(st_waiters_t *w, const char *why)
+{
+    if (w->pg_read != NULL)
+        event_free(w->pg_read);
+    w->pg_read = NULL;
+    if (w->pg != NULL) {
+        st_log_warn("long polls lost their PostgreSQL notifications; reconnecting", "%s", why);
+        PQfinish(w->pg);
+    }
+    w->pg = NULL;
+    w->pg_was_down = 1;
+    struct timeval tv = {0, PG_RECONNECT_MS * 1000};
+    evtimer_add(w->pg_reconnect, &tv);
+}
+
+/* Reads the socket and hands every buffered notification on. Notifications are
+ * drained from libpq's buffer after each read, so none waits for the next one. */
+static void on_pg_readable(evutil_socket_t fd, short what, void *arg)
+{
+    st_waiters_t *w = arg;
+    if (!PQconsumeInput(w->pg)) {
+        pg_down(w, PQerrorMessage(w->pg));
+        return;
+    }
+    PGnotify *note;
+    while ((note = PQnotifies(w->pg)) != NULL) {
+        instance_changed(w, note->extra, w->m_woken_pg);
+        PQfreemem(note);
+    }
+    if (PQstatus(w->pg) != CONNECTION_OK)
+        pg_down(w, "connection closed");
+}
+
+static void on_pg_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+    pg_listen(arg);
+}
+
+/* Connects and LISTENs. After an outage every parked waiter looks again: a change
+ * may have been notified while nobody listened. */
+static void pg_listen(st_waiters_t *w)
+{
+    st_errbuf_t eb;
+    if (st_pg_connect(w->api->svc->cfg.pg_dsn, "strand-api-wake", &w->pg, &eb) != ST_OK ||
+        st_pg_exec(w->pg, "LISTEN " ST_WAKE_CHANNEL, 0, NULL, NULL, &eb) != ST_OK) {
+        if (w->pg != NULL)
+            PQfinish(w->pg);
+        w->pg = NULL;
+        st_log_debug("long polls could not LISTEN", "%s", eb.msg);
+        w->pg_was_down = 1;
+        struct timeval tv = {0, PG_RECONNECT_MS * 1000};
+        evtimer_add(w->pg_reconnect, &tv);
+        return;
+    }
+    w->pg_read = event_new(w->api->svc->base, PQsocket(w->pg), EV_READ | EV_PERSIST,
+                           on_pg_readable, w);
+    event_add(w->pg_read, NULL);
+    if (w->pg_was_down) {
+        w->pg_was_down = 0;
+        st_log_info("long polls receive PostgreSQL notifications again", NULL);
+        instance_changed(w, NULL, w->m_woken_pg);
+    }
+    on_pg_readable(-1, EV_READ, w);   /* anything that came with the LISTEN's answer */
 }
 
 static void subscribe(st_waiters_t *w);
@@ -107,7 +202,7 @@ static void on_disconnect(const redisAsyncContext *c, int status)
     if (w == NULL)
         return;   /* freed on shutdown */
     w->redis = NULL;
-    st_log_info("Redis hints unavailable; long polls fall back to their timeouts", NULL);
+    st_log_info("Redis hints unavailable; long polls wake on PostgreSQL notifications", NULL);
     struct timeval tv = {RECONNECT_S, 0};
     evtimer_add(w->reconnect, &tv);
 }
@@ -144,9 +239,13 @@ st_waiters_t *st_waiters_new(st_api_t *api)
     w->api = api;
     w->m_woken = st_metrics_counter("strand_long_polls_total", "Long polls answered",
                                     "by=\"hint\"");
+    w->m_woken_pg = st_metrics_counter("strand_long_polls_total", "Long polls answered",
+                                       "by=\"notify\"");
     w->m_timed_out = st_metrics_counter("strand_long_polls_total", "Long polls answered",
                                         "by=\"timeout\"");
     w->reconnect = evtimer_new(api->svc->base, on_reconnect, w);
+    w->pg_reconnect = evtimer_new(api->svc->base, on_pg_reconnect, w);
+    pg_listen(w);
     snprintf(w->channel, sizeof w->channel, "%swake", api->svc->cfg.topic_prefix);
     if (st_hint_parse_url(api->svc->cfg.redis_url, w->host, sizeof w->host, &w->port))
         subscribe(w);
@@ -163,6 +262,11 @@ void st_waiters_free(st_waiters_t *w)
         w->redis->data = NULL;   /* on_disconnect, called by the free, then does nothing */
         redisAsyncFree(w->redis);
     }
+    if (w->pg_read != NULL)
+        event_free(w->pg_read);
+    if (w->pg != NULL)
+        PQfinish(w->pg);
+    event_free(w->pg_reconnect);
     event_free(w->reconnect);
     free(w);
 }

@@ -2,19 +2,28 @@
  * wait_loop.h - long polling on an instance: GET /v1/instances/{id}?wait_ms=N&
  * after_version=V answers as soon as the instance's state_version exceeds V or it has
  * ended, or after N ms with its current view; POST /v1/instances?wait_ms=N the same
- * after the start, with V = 0. Wake-ups come from Redis hints
- * (channel <prefix>wake, published by the executor after commit); without Redis, or
- * while it is down, a parked request is answered at its timeout: slower, never wrong.
+ * after the start, with V = 0. Wake-ups come from two paths, whichever is first:
+ * PostgreSQL notifications on ST_WAKE_CHANNEL (raised by a trigger on
+ * strand.runtime_states in every transaction that changes an instance's
+ * state_version; always on, so Redis is not needed) and, when STRAND_REDIS_URL is
+ * set, Redis hints (channel <prefix>wake, published by the executor after commit).
+ * Either path going down and coming back is handled here; after a PostgreSQL outage
+ * every parked request looks again, as a notification may have been missed.
  */
 #ifndef STRAND_API_WAIT_LOOP_H
 #define STRAND_API_WAIT_LOOP_H
 
 #include "api.h"
 
+/* The PostgreSQL channel of instance changes (payload: the instance id); migration
+ * 0011's trigger notifies it. */
+#define ST_WAKE_CHANNEL "strand_wake"
+
 typedef struct st_waiters st_waiters_t;
 
-/* Creates the waiter table and, when STRAND_REDIS_URL is set, subscribes on the
- * service's event loop (reconnecting by itself). Caller frees with st_waiters_free(). */
+/* Creates the waiter table, LISTENs on ST_WAKE_CHANNEL and, when STRAND_REDIS_URL is
+ * set, subscribes to Redis hints, both on the service's event loop (each reconnecting
+ * by itself). Caller frees with st_waiters_free(). */
 st_waiters_t *st_waiters_new(st_api_t *api);
 void st_waiters_free(st_waiters_t *w);
 

@@ -13,7 +13,8 @@ static void clear_env(void)
 {
     const char *vars[] = {"STRAND_PG_DSN", "STRAND_HTTP_PORT", "STRAND_LOG_LEVEL",
                           "STRAND_REDIS_URL", "STRAND_TOPIC_PREFIX", "STRAND_MAX_ATTEMPTS",
-                          "STRAND_KAFKA_BROKERS"};
+                          "STRAND_KAFKA_BROKERS", "STRAND_RECOVERY_INTERVAL_S",
+                          "STRAND_RECOVERY_BATCH", "STRAND_RECOVERY_GRACE_S"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -29,6 +30,9 @@ static void test_defaults(void)
     CU_ASSERT_STRING_EQUAL(cfg.redis_url, "");
     CU_ASSERT_EQUAL(cfg.max_attempts, 5);
     CU_ASSERT_EQUAL(cfg.dedup_retention_s, 7 * 86400);
+    CU_ASSERT_EQUAL(cfg.recovery_interval_s, 60);
+    CU_ASSERT_EQUAL(cfg.recovery_batch, 10000);
+    CU_ASSERT_EQUAL(cfg.recovery_grace_s, 120);
     char topic[64];
     CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
                            "strand.signals");
@@ -66,6 +70,17 @@ static void test_rejects_bad_values(void)
     CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
     clear_env();
     setenv("STRAND_KAFKA_BROKERS", "", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    /* The recovery sweep's bounds (docs/configuration.md). */
+    clear_env();
+    setenv("STRAND_RECOVERY_INTERVAL_S", "0", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_RECOVERY_INTERVAL_S"));
+    clear_env();
+    setenv("STRAND_RECOVERY_BATCH", "-5", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    clear_env();
+    setenv("STRAND_RECOVERY_GRACE_S", "soon", 1);
     CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
     clear_env();
 }

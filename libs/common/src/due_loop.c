@@ -20,8 +20,13 @@ struct st_due_loop {
     int stop_pipe[2];
     PGconn *conn;
     int pg_up;   /* atomic */
+    int test_delay_ms;   /* STRAND_TEST_DUE_LOOP_DELAY_MS (tests only; see next_wait()) */
 };
 
+/* Reads what the server sent and discards the notifications libpq holds; returns 1
+ * if there was any. A notification that arrived while a query ran was read off the
+ * socket with the query's result and sits in libpq's buffer: poll(2) on the socket
+ * would not report it again, so every query is followed by this before a sleep. */
 static int drain_notifies(PGconn *conn)
 {
     int any = 0;
@@ -61,6 +66,27 @@ static int connect_listen(st_due_loop_t *l)
     return 1;
 }
 
+/* The owner's next_wait_ms(). With the test-only STRAND_TEST_DUE_LOOP_DELAY_MS set, it
+ * runs inside a REPEATABLE READ transaction that first sleeps that long on the server:
+ * the query then sees the database as it was before the sleep, so a row committed
+ * (and notified) during the sleep is missed by the query exactly as one committed
+ * while a real query runs. This widens a window of about a millisecond so that tests
+ * can hit it (tests/integration/test_wakeups.c); never set it in production. */
+static long long next_wait(st_due_loop_t *l)
+{
+    if (l->test_delay_ms <= 0)
+        return l->cfg.next_wait_ms(l->conn, l->cfg.ctx);
+    char sleep_sql[64];
+    snprintf(sleep_sql, sizeof sleep_sql, "SELECT pg_sleep(%d / 1000.0)", l->test_delay_ms);
+    st_errbuf_t eb;
+    long long wait = -1;
+    if (st_pg_exec(l->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ", 0, NULL, NULL, &eb) == ST_OK &&
+        st_pg_exec(l->conn, sleep_sql, 0, NULL, NULL, &eb) == ST_OK)
+        wait = l->cfg.next_wait_ms(l->conn, l->cfg.ctx);
+    st_pg_exec(l->conn, "COMMIT", 0, NULL, NULL, &eb);
+    return wait;
+}
+
 static void *due_main(void *arg)
 {
     st_due_loop_t *l = arg;
@@ -90,7 +116,12 @@ static void *due_main(void *arg)
         }
         if (drain_notifies(l->conn))
             continue;   /* something changed while we worked */
-        long long wait = l->cfg.next_wait_ms(l->conn, l->cfg.ctx);
+        long long wait = next_wait(l);
+        /* A row committed while that query ran may be missing from its answer, and
+         * its notification is already in libpq's buffer, not on the socket: look
+         * again rather than sleep past the new deadline (issue 15). */
+        if (drain_notifies(l->conn))
+            continue;
         if (wait < 0 || wait > MAX_SLEEP_MS)
             wait = MAX_SLEEP_MS;
         if (wait == 0)
@@ -119,6 +150,10 @@ st_err_t st_due_loop_start(st_service_t *svc, const st_due_loop_config_t *cfg,
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the %s loop", cfg->name);
     l->svc = svc;
     l->cfg = *cfg;
+    const char *delay = getenv("STRAND_TEST_DUE_LOOP_DELAY_MS");
+    l->test_delay_ms = delay != NULL ? atoi(delay) : 0;
+    if (l->test_delay_ms > 10000)
+        l->test_delay_ms = 10000;
     if (pipe(l->stop_pipe) != 0 || pthread_create(&l->thread, NULL, due_main, l) != 0) {
         free(l);
         return st_err_set(eb, ST_ERR_INTERNAL, "could not start the %s loop", cfg->name);

@@ -7,6 +7,12 @@
  * a 30 s timeout being the safety net for a missed notification; DRAIN ...). A lost
  * connection goes back to CONNECT (and frees the lock for a standby); a leader that
  * cannot reach Kafka for 10 s steps down for 10 s.
+ *
+ * The leader also purges published rows and runs the recovery sweep (recovery.h): at
+ * once when it takes the lead, then every STRAND_RECOVERY_INTERVAL_S, between drains.
+ * Notifications that arrive while any of its queries runs are read off the socket
+ * with the query's answer and kept by libpq; relay_wait() takes them from there
+ * before it sleeps.
  */
 #include "strand/outbox.h"
 
@@ -23,6 +29,8 @@
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/pg.h"
+#include "strand/recovery.h"
+#include "strand/util.h"
 
 #define SAFETY_WAIT_MS 30000
 #define PURGE_EVERY_S 60
@@ -46,6 +54,7 @@ struct st_relay {
     PGconn *conn;
     rd_kafka_t *producer;
     time_t last_purge;
+    st_recovery_t *recovery;   /* the sweep, run while leading */
     st_metric_t *published, *failed, *lag, *backlog, *leading;
 };
 
@@ -79,6 +88,21 @@ st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
     int lengths[] = {0, 0, (int)len};
     int formats[] = {0, 0, 1};
     return st_pg_queue_bin(conn, sql_outbox_insert, 3, params, lengths, formats, eb);
+}
+
+st_err_t st_outbox_add_signal_tx(PGconn *conn, const char *signal_id, const char *instance_id,
+                                 const void *payload, size_t len, st_errbuf_t *eb)
+{
+    static const char *const sql_outbox_insert_signal =
+        "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id)"
+        " VALUES ('" ST_TOPIC_SIGNALS "', $1, $2, $3, $4::uuid))"
+        " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')";
+    /* An id that is no UUID is not tracked (the executor drops its signal anyway). */
+    const char *params[] = {instance_id, payload, signal_id,
+                            st_uuid_valid(instance_id) ? instance_id : NULL};
+    int lengths[] = {0, (int)len, 0, 0};
+    int formats[] = {0, 1, 0, 0};
+    return st_pg_queue_bin(conn, sql_outbox_insert_signal, 4, params, lengths, formats, eb);
 }
 
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -165,6 +189,7 @@ static int relay_try_lead(st_relay_t *r)
         return -1;   /* the caller reconnects, which releases the lock */
     }
     r->kafka_down_since = 0;
+    st_recovery_restart(r->recovery);   /* the start-up sweep: from the oldest row */
     set_leader(r, 1);
     st_log_info("this relay now publishes the outbox", NULL);
     return 1;
@@ -293,22 +318,27 @@ db_error:
     return -1;
 }
 
+/* Deletes published rows older than STRAND_OUTBOX_RETENTION_S, but no signal row the
+ * recovery sweep has not examined yet ($2) or still watches (recoveries > 0): until
+ * then it may have to be published again. */
 static void relay_purge(st_relay_t *r)
 {
     static const char *const sql_outbox_purge =
         "DELETE FROM strand.outbox WHERE id IN (SELECT id FROM strand.outbox"
-        " WHERE published_at < now() - make_interval(secs => $1) LIMIT 10000)";
+        " WHERE published_at < now() - make_interval(secs => $1) AND recoveries = 0"
+        " AND (signal_id IS NULL OR id <= $2::bigint) LIMIT 10000)";
     static const char *const sql_outbox_backlog =
         "SELECT count(*) FROM strand.outbox WHERE published_at IS NULL";
     time_t now = time(NULL);
     if (now - r->last_purge < PURGE_EVERY_S)
         return;
     r->last_purge = now;
-    char secs[16];
+    char secs[16], checked[24];
     snprintf(secs, sizeof secs, "%d", r->cfg.outbox_retention_s);
-    const char *params[] = {secs};
+    snprintf(checked, sizeof checked, "%lld", st_recovery_checked_id(r->recovery));
+    const char *params[] = {secs, checked};
     st_errbuf_t eb;
-    if (st_pg_exec(r->conn, sql_outbox_purge, 1, params, NULL, &eb) != ST_OK)
+    if (st_pg_exec(r->conn, sql_outbox_purge, 2, params, NULL, &eb) != ST_OK)
         st_log_warn("could not purge published outbox rows", "%s", eb.msg);
     PGresult *res = NULL;
     if (st_pg_exec(r->conn, sql_outbox_backlog, 0, NULL, &res, &eb) == ST_OK) {
@@ -317,7 +347,7 @@ static void relay_purge(st_relay_t *r)
     }
 }
 
-/* Waits for a notification, a stop request or the safety timeout. */
+/* Waits for a notification, a stop request, the safety timeout or the next sweep. */
 static void relay_wait(st_relay_t *r)
 {
     /* Notifications that arrived while a claim query ran are already buffered in
@@ -332,7 +362,12 @@ static void relay_wait(st_relay_t *r)
     }
     struct pollfd pfd[2] = {{.fd = PQsocket(r->conn), .events = POLLIN},
                             {.fd = r->stop_pipe[0], .events = POLLIN}};
-    poll(pfd, 2, __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) ? SAFETY_WAIT_MS : 1000);
+    int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
+    int wait_ms = kafka_up ? SAFETY_WAIT_MS : 1000;
+    long long sweep_in = st_recovery_wait_ms(r->recovery);
+    if (kafka_up && sweep_in < wait_ms)   /* no sweep while Kafka is down (relay_main) */
+        wait_ms = (int)sweep_in;
+    poll(pfd, 2, wait_ms);
     rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
     recheck_kafka(r);
     PQconsumeInput(r->conn);
@@ -373,6 +408,14 @@ static void *relay_main(void *arg)
             continue;
         }
         relay_purge(r);
+        /* Not while Kafka is unreachable: signals wait unconsumed then, not lost. */
+        if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) && st_recovery_due(r->recovery) &&
+            st_recovery_sweep(r->recovery, r->conn) > 0)
+            continue;   /* publish what it marked at once */
+        if (PQstatus(r->conn) != CONNECTION_OK) {
+            relay_disconnect(r);
+            continue;
+        }
         if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE)) {
             r->kafka_down_since = 0;
         } else if (r->kafka_down_since == 0) {
@@ -394,6 +437,7 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
     if (r == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the relay");
     r->cfg = *cfg;
+    r->recovery = st_recovery_new(cfg);
     r->published = st_metrics_counter("strand_outbox_published_total",
                                       "Outbox rows published to Kafka", NULL);
     r->failed = st_metrics_counter("strand_outbox_publish_failures_total",
@@ -408,12 +452,14 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
     st_kafka_callbacks_t cbs = {on_delivery, on_kafka_error, r};
     st_err_t err = st_kafka_producer_new(cfg, &cbs, &r->producer, eb);
     if (err != ST_OK) {
+        st_recovery_free(r->recovery);
         free(r);
         return err;
     }
     if (pipe(r->stop_pipe) != 0 ||
         pthread_create(&r->thread, NULL, relay_main, r) != 0) {
         rd_kafka_destroy(r->producer);
+        st_recovery_free(r->recovery);
         free(r);
         return st_err_set(eb, ST_ERR_INTERNAL, "could not start the relay thread: %s",
                           strerror(errno));
@@ -434,6 +480,7 @@ void st_relay_stop(st_relay_t *r)
     rd_kafka_destroy(r->producer);
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);
+    st_recovery_free(r->recovery);
     free(r);
 }
 

@@ -129,7 +129,7 @@ st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t 
     st_err_t err = st_signal_encode(sig, &buf, &len, eb);
     if (err != ST_OK)
         return err;
-    err = st_outbox_add_tx(conn, ST_TOPIC_SIGNALS, sig->instance_id, buf, len, eb);
+    err = st_outbox_add_signal_tx(conn, sig->signal_id, sig->instance_id, buf, len, eb);
     free(buf);
     return err;
 }

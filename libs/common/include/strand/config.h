@@ -28,6 +28,9 @@ typedef struct {
     int relay_batch;           /* STRAND_RELAY_BATCH: outbox rows per claim */
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
+    int recovery_interval_s;   /* STRAND_RECOVERY_INTERVAL_S: outbox recovery sweeps */
+    int recovery_batch;        /* STRAND_RECOVERY_BATCH: outbox rows examined per sweep */
+    int recovery_grace_s;      /* STRAND_RECOVERY_GRACE_S: unapplied this long = lost */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
     int max_header_bytes;      /* STRAND_HTTP_MAX_HEADER_BYTES: request line + headers */
     int max_headers;           /* STRAND_HTTP_MAX_HEADERS: header fields per request */

@@ -9,7 +9,8 @@
  * by and take over within about a second when the leader's session ends. The leader
  * wakes on LISTEN/NOTIFY, claims the oldest rows, produces them with the idempotent
  * producer and marks them published only after their delivery reports succeed, up to
- * the first failure. Published rows are purged after STRAND_OUTBOX_RETENTION_S.
+ * the first failure. Published rows are purged after STRAND_OUTBOX_RETENTION_S, except
+ * signal rows the leader's recovery sweep (recovery.h) has not yet seen applied.
  */
 #ifndef STRAND_OUTBOX_H
 #define STRAND_OUTBOX_H
@@ -30,6 +31,12 @@
  * when it commits. `payload` is copied. */
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb);
+
+/* Appends an encoded signal (strand.v1.Signal) for the signals topic, keyed by
+ * `instance_id`, as st_outbox_add_tx() does, and records its `signal_id` and instance
+ * on the row for the recovery sweep (recovery.h). Used by st_signal_enqueue_tx(). */
+st_err_t st_outbox_add_signal_tx(PGconn *conn, const char *signal_id, const char *instance_id,
+                                 const void *payload, size_t len, st_errbuf_t *eb);
 
 typedef struct st_relay st_relay_t;
 
