@@ -9,7 +9,8 @@
  *  - every retry of a call carries the same Idempotency-Key, the attempt apart in
  *    Strand-Attempt;
  *  - a call held by an executor that is kill -9'ed is sent again by another executor
- *    within seconds (its lease lapses), with the same key.
+ *    within seconds (its lease lapses), with the same key;
+ *  - a call whose instance was cancelled while it waited for a free place is not made.
  * Each figure is printed; the asserted bounds are generous (a busy 2-core machine).
  */
 #include <arpa/inet.h>
@@ -401,6 +402,8 @@ static void test_kafka_give_up_resumes_the_call(void)
     free(id);
 }
 
+static pid_t replica;
+
 /* Issue 15: a call held by a killed executor was sent again only 65-125 s later. */
 static void test_dead_executors_call_sent_again(void)
 {
@@ -409,7 +412,8 @@ static void test_dead_executors_call_sent_again(void)
     hit_t h[4];
     CU_ASSERT_EQUAL_FATAL(wait_hits(id, 1, 20, h, 4), 1);
     /* A second executor, then the first one dies with the call in hand. */
-    CU_ASSERT_TRUE_FATAL(it_start_replica(IT_EXECUTOR, 1) > 0);
+    replica = it_start_replica(IT_EXECUTOR, 1);
+    CU_ASSERT_TRUE_FATAL(replica > 0);
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_stat_activity"
                                    " WHERE application_name = 'strand-dispatcher'", 2, 30), 2);
     double killed = now_s();
@@ -430,6 +434,51 @@ static void test_dead_executors_call_sent_again(void)
     free(id);
 }
 
+/* A call whose instance was cancelled while the call waited for a free place is not
+ * made. One place (STRAND_EXECUTOR_CALL_CONCURRENCY=1), taken by a 3 s call. */
+static void test_cancelled_instances_call_not_made(void)
+{
+    /* Leave one executor, with one place: the replica leaves its group cleanly. */
+    CU_ASSERT_TRUE_FATAL(replica > 0);
+    kill(replica, SIGTERM);
+    CU_ASSERT_EQUAL(it_wait_number("SELECT 1 - count(*) FROM pg_stat_activity"
+                                   " WHERE application_name = 'strand-dispatcher'", 1, 30), 1);
+    it_kill9(replica);   /* reaps it */
+    setenv("STRAND_EXECUTOR_CALL_CONCURRENCY", "1", 1);
+    CU_ASSERT_TRUE_FATAL(it_start(IT_EXECUTOR) > 0);
+    unsetenv("STRAND_EXECUTOR_CALL_CONCURRENCY");
+    char *slow = start("slow");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(slow);
+    hit_t h[4];
+    CU_ASSERT_EQUAL_FATAL(wait_hits(slow, 1, 60, h, 4), 1);
+    char *fast = start("fast");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fast);
+    char sql[300], path[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.calls WHERE instance_id = '%s'", fast);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", fast);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"reason\":\"test\"}", NULL), 202);
+    json_t *done = it_wait_instance(fast, "cancelled", 20);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    done = it_wait_instance(slow, "completed", 20);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    /* the place is free again: the cancelled instance's call is settled, not made */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.calls WHERE instance_id = '%s'"
+             " AND status <> 'pending'", fast);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    usleep(500 * 1000);
+    printf("\n  cancelled instance's call: %d request(s) reached the worker\n",
+           hits_of(fast, h, 4));
+    CU_ASSERT_EQUAL(hits_of(fast, h, 4), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.calls WHERE instance_id = '%s'"
+             " AND status IN ('sent', 'succeeded', 'failed')", fast);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    free(slow);
+    free(fast);
+}
+
 int main(void)
 {
     if (!it_init("test_calls"))
@@ -448,6 +497,7 @@ int main(void)
         {"a kafka call times out", test_kafka_call_times_out},
         {"a kafka give-up resumes the call", test_kafka_give_up_resumes_the_call},
         {"a dead executor's call is sent again", test_dead_executors_call_sent_again},
+        {"a cancelled instance's call is not made", test_cancelled_instances_call_not_made},
     };
     return it_run_suite("calls", cases, (int)(sizeof cases / sizeof cases[0]));
 }
