@@ -327,8 +327,48 @@ static void test_call_in_loop_gets_a_key_per_visit(void)
     st_defn_free(d);
 }
 
+/* Regression (issue 16): a Kafka call's timeout set no timer, so a call nobody answered
+ * waited for ever. The timeout is now a durable timer on the call's own token; when it
+ * fires first, the attempt fails (retry, then on_failure), and a late result is stale. */
+static void test_kafka_call_timeout_is_a_timer(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"k\",\"type\":\"call\",\"transport\":\"kafka\","
+        " \"consumers\":[\"billing\"],\"request\":{},\"timeout\":1500,"
+        " \"retry\":{\"max_attempts\":2,\"backoff_ms\":10},"
+        " \"on_failure\":[{\"id\":\"n\",\"type\":\"set\",\"values\":{\"gave_up\":true}}]},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"gave_up\":\"state.gave_up\","
+        " \"timeout\":\"state.k.error.timeout\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    char event[512], token[200];
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_array_size(effects), 2);
+    json_t *timer = json_array_get(effects, 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "type")), "set_timer");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "kind")), "call_timeout");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(timer, "due_ms")), NOW + 1500);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "token")), wait_token(snap));
+    /* the timeout fires first: a retry timer */
+    snprintf(token, sizeof token, "%s", wait_token(snap));
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", token);
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(effects, 0), "kind")), "retry");
+    /* the first attempt's late result is stale */
+    snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":true}}}", token);
+    CU_ASSERT_NOT_EQUAL(step(d, &snap, event, &effects), ST_RUN_COMPLETED);
+    snprintf(event, sizeof event, "{\"type\":\"RETRY_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_COMPLETED);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(snap, "output"), "gave_up")));
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(snap, "output"), "timeout")));
+    json_decref(snap);
+    json_decref(effects);
+    st_defn_free(d);
+}
+
 ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
              ST_TEST(test_loop_bound_and_expression_failure), ST_TEST(test_task_and_stale_tokens),
              ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
              ST_TEST(test_parallel_join_all_and_any), ST_TEST(test_random_events_never_corrupt),
-             ST_TEST(test_call_in_loop_gets_a_key_per_visit))
+             ST_TEST(test_call_in_loop_gets_a_key_per_visit),
+             ST_TEST(test_kafka_call_timeout_is_a_timer))
