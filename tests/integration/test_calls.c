@@ -172,7 +172,15 @@ static int start_worker(int port)
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(lfd, 128) != 0) {
+    /* The port may be taken as some connection's ephemeral port: try the next ones. */
+    int bound = 0;
+    for (int i = 0; i < 10 && !bound; i++) {
+        addr.sin_port = htons((uint16_t)(port + i));
+        bound = bind(lfd, (struct sockaddr *)&addr, sizeof addr) == 0;
+        if (bound)
+            worker_port = port + i;
+    }
+    if (!bound || listen(lfd, 128) != 0) {
         perror("test worker");
         return 0;
     }
@@ -486,8 +494,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     snprintf(suffix, sizeof suffix, "%ld_%d", (long)time(NULL), (int)getpid());
     const char *base = getenv("STRAND_TEST_PORT_BASE");
-    worker_port = (base ? atoi(base) : 18080) + 60;
-    if (!start_worker(worker_port))
+    if (!start_worker((base ? atoi(base) : 18080) + 60))
         return 1;
     static const it_case_t cases[] = {
         {"setup", test_setup},
