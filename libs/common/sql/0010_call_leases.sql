@@ -16,3 +16,5 @@ UPDATE strand.calls SET lease_until = updated_at + make_interval(secs => timeout
 
 -- The dispatcher's next deadline and its recovery sweep read only this index.
 CREATE INDEX calls_leased ON strand.calls (lease_until) WHERE status = 'sent';
+-- Recovery no longer reads updated_at (0006's index for the old timeout + 60 s sweep).
+DROP INDEX IF EXISTS strand.calls_sent;
