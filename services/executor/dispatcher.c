@@ -18,7 +18,6 @@
 #include "strand/worker_http.h"
 
 #define CLAIM_BATCH 16
-#define RECOVER_BATCH 100
 #define HOUSEKEEPING_EVERY_S 60
 #define STOP_GRACE_S 5.0          /* calls in flight at stop get this long to answer */
 #define REPORT_RETRY_S 0.5
@@ -65,10 +64,10 @@ struct st_dispatcher {
 /* Returns sent calls whose lease has passed (their executor died or lost the
  * database) to 'pending'; the worker will see the same idempotency key. */
 static const char *const sql_calls_recover =
-    "UPDATE strand.calls SET status = 'pending', claimed_by = NULL, lease_until = NULL,"
-    " updated_at = now() WHERE id IN (SELECT id FROM strand.calls WHERE status = 'sent'"
-    " AND lease_until < now() ORDER BY lease_until LIMIT 100 FOR UPDATE SKIP LOCKED)"   /* RECOVER_BATCH */
-    " RETURNING id, instance_id, claimed_by";
+    "UPDATE strand.calls c SET status = 'pending', claimed_by = NULL, lease_until = NULL,"
+    " updated_at = now() FROM (SELECT id, claimed_by FROM strand.calls WHERE status = 'sent'"
+    " AND lease_until < now() ORDER BY lease_until LIMIT 100 FOR UPDATE SKIP LOCKED) old"   /* at most 100 a batch */
+    " WHERE c.id = old.id RETURNING c.id, c.instance_id, old.claimed_by";
 /* The signal dedup window: older processed-signal ids are forgotten. A redelivery
  * older than the window is still caught by the version and waiting-token checks. */
 static const char *const sql_dedup_purge =
