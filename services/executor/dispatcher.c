@@ -75,15 +75,15 @@ static const char *const sql_dedup_purge =
     " FROM strand.processed_signals WHERE processed_at < now() - make_interval(secs => $1)"
     " LIMIT 10000)";
 /* Claims up to $1 pending calls under a lease of $3 ms for node $2. A call whose
- * instance has ended, or whose token no thread of the instance waits on any more
- * (the wait token in the engine's snapshot: threads[].wait.token), is abandoned. */
+ * instance has ended, or whose token no live thread of the instance waits on any more
+ * (the engine's snapshot: threads[] not done, their wait.token), is abandoned. */
 static const char *const sql_calls_claim =
     "WITH picked AS (SELECT id, instance_id, waiting_token FROM strand.calls"
     "  WHERE status = 'pending' ORDER BY created_at LIMIT $1::int FOR UPDATE SKIP LOCKED),"
     " judged AS (SELECT p.id, EXISTS (SELECT 1 FROM strand.instances i"
     "  JOIN strand.runtime_states r ON r.instance_id = i.id WHERE i.id = p.instance_id"
     "  AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
-    "  AND jsonb_path_exists(r.snapshot, '$.threads[*].wait.token ? (@ == $t)',"
+    "  AND jsonb_path_exists(r.snapshot, '$.threads[*] ? (!(@.done == true)).wait.token ? (@ == $t)',"
     "                        jsonb_build_object('t', p.waiting_token))) AS live FROM picked p)"
     " UPDATE strand.calls c SET status = CASE WHEN j.live THEN 'sent' ELSE 'abandoned' END,"
     " claimed_by = CASE WHEN j.live THEN $2 END,"

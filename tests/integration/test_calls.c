@@ -380,7 +380,10 @@ static void test_kafka_call_times_out(void)
     json_t *done = it_wait_instance(id, "completed", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
     json_t *out = json_object_get(done, "output");
-    printf("\n  kafka call with a 1 s timeout, 2 attempts: on_failure after %.2f s\n", now_s() - t0);
+    char *text = json_dumps(out, JSON_COMPACT);
+    printf("\n  kafka call with a 1 s timeout, 2 attempts: on_failure after %.2f s: %s\n",
+           now_s() - t0, text);
+    free(text);
     CU_ASSERT_TRUE(json_is_true(json_object_get(out, "gave_up")));
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "attempts")), 2);
     CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(out, "error"), "timeout")));
@@ -388,7 +391,9 @@ static void test_kafka_call_times_out(void)
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.timers WHERE instance_id = '%s'"
              " AND kind = 'call_timeout' AND fired_at IS NOT NULL", id);
-    CU_ASSERT_EQUAL(it_sql_number(sql), 2);
+    long long fired = it_sql_number(sql);
+    printf("  call_timeout timers fired: %lld\n", fired);
+    CU_ASSERT_EQUAL(fired, 2);
     free(id);
 }
 
@@ -401,8 +406,10 @@ static void test_kafka_give_up_resumes_the_call(void)
     json_t *done = it_wait_instance(id, "completed", 40);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
     json_t *out = json_object_get(done, "output");
-    printf("\n  kafka call given up by the monitor, 2 attempts: on_failure after %.2f s\n",
-           now_s() - t0);
+    char *text = json_dumps(out, JSON_COMPACT);
+    printf("\n  kafka call given up by the monitor, 2 attempts: on_failure after %.2f s: %s\n",
+           now_s() - t0, text);
+    free(text);
     CU_ASSERT_TRUE(json_is_true(json_object_get(out, "gave_up")));
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(out, "attempts")), 2);
     CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(out, "error"), "gave_up")));
