@@ -18,7 +18,10 @@ answer as the decision (the worker protocol, strand.process/1):
   rpc answer:      {output, attributes?: {...}, publish?: [{queue, message}]}
 
 Any non-2xx answer (or no answer within the timeout) is a failed attempt: Strand
-retries it on a durable timer with backoff and the same Idempotency-Key.
+retries it on a durable timer with backoff and the same Idempotency-Key; the attempt
+number travels apart, in the Strand-Attempt header (and "attempt" in the body). An
+attempt that timed out may have acted already, so side effects are keyed by the
+Idempotency-Key (see submit below: one email per key, however many attempts).
 
 Routes besides the sign-up's own, for the demos in docs/processes.md:
   /demo/flaky     fails (503) until the third attempt, then completes
@@ -37,10 +40,18 @@ def log(*parts):
     print(*parts, flush=True)
 
 
+SENT = {}   # Idempotency-Key -> email: one verification email per call, not per attempt
+
+
 def submit(req):
     """State 'submit': record the form, send the verification email, go to 'verify'."""
     email = req["input"].get("email")
-    log(f"[{req['instance_id']}] sending a verification email to {email}")
+    key = req.get("idempotency_key")
+    if key in SENT:
+        log(f"[{req['instance_id']}] attempt {req.get('attempt')}: email already sent for {key}")
+    else:
+        SENT[key] = email
+        log(f"[{req['instance_id']}] sending a verification email to {email}")
     return {"attributes": {"email": email, "status": "waiting"}, "next": ["verify"]}
 
 
@@ -113,7 +124,8 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self.answer(400, {"error": "the body is not JSON"})
         log(f"{self.path} {req.get('kind')} state={req.get('state') or req.get('rpc')}"
-            f" key={self.headers.get('Idempotency-Key')}")
+            f" key={self.headers.get('Idempotency-Key')}"
+            f" attempt={self.headers.get('Strand-Attempt')}")
         if self.path == "/demo/flaky":
             return self.answer(*flaky(req))
         handler = ROUTES.get(self.path)

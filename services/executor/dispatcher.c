@@ -3,7 +3,7 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
-#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,105 +19,150 @@
 
 #define CLAIM_BATCH 16
 #define HOUSEKEEPING_EVERY_S 60
+#define STOP_GRACE_S 5.0          /* calls in flight at stop get this long to answer */
+#define REPORT_RETRY_S 0.5
+
+/* One claimed call, from the claim until its result is recorded. */
+typedef struct call {
+    char id[37];
+    char instance_id[37];
+    char *waiting_token;
+    int attempt;
+    st_worker_request_t *req;   /* NULL when the call could not be made, or once done */
+    json_t *result;             /* the CALL_RESULT's result, once known */
+    double started;
+    struct call *next;
+} call_t;
 
 struct st_dispatcher {
     st_service_t *svc;
-    st_due_loop_t *loop;       /* LISTEN strand_calls, reconnects, stop (libs/common) */
+    st_due_loop_t *loop;       /* the claimer: LISTEN strand_calls, leases, stop */
     time_t last_housekeeping;
+    int capacity;              /* STRAND_EXECUTOR_CALL_CONCURRENCY */
+    int lease_ms;              /* STRAND_EXECUTOR_CALL_LEASE_MS */
+    char lease_text[16];
+
+    pthread_t runner;
+    int runner_started;
+    CURLM *multi;
+    pthread_mutex_t lock;      /* guards incoming, nactive, saturated, stop */
+    call_t *incoming;          /* claimed, not yet taken by the runner */
+    int nactive;               /* claimed and not yet reported */
+    int saturated;             /* the claimer left pending calls for want of places */
+    int stop;
+
+    /* runner thread only */
+    PGconn *conn;
+    call_t *running;           /* transfers on the multi handle */
+    call_t *finished;          /* results not yet recorded */
+    double next_report_try;
+    double next_connect_try;
+
     st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
 };
 
-/* Calls a crashed dispatcher left 'sent' go back to 'pending' once they are surely
- * over (their timeout plus a minute); the worker sees the same idempotency key. */
+/* Returns sent calls whose lease has passed (their executor died or lost the
+ * database) to 'pending'; the worker will see the same idempotency key. */
 static const char *const sql_calls_recover =
-    "UPDATE strand.calls SET status = 'pending', updated_at = now() WHERE status = 'sent'"
-    " AND updated_at < now() - make_interval(secs => timeout_ms / 1000.0 + 60)";
+    "UPDATE strand.calls c SET status = 'pending', claimed_by = NULL, lease_until = NULL,"
+    " updated_at = now() FROM (SELECT id, claimed_by FROM strand.calls WHERE status = 'sent'"
+    " AND lease_until < now() ORDER BY lease_until LIMIT 100 FOR UPDATE SKIP LOCKED) old"   /* at most 100 a batch */
+    " WHERE c.id = old.id RETURNING c.id, c.instance_id, old.claimed_by";
 /* The signal dedup window: older processed-signal ids are forgotten. A redelivery
  * older than the window is still caught by the version and waiting-token checks. */
 static const char *const sql_dedup_purge =
     "DELETE FROM strand.processed_signals WHERE signal_id IN (SELECT signal_id"
     " FROM strand.processed_signals WHERE processed_at < now() - make_interval(secs => $1)"
     " LIMIT 10000)";
+/* Claims up to $1 pending calls under a lease of $3 ms for node $2. A call whose
+ * instance has ended, or whose token no live thread of the instance waits on any more
+ * (the engine's snapshot: threads[] not done, their wait.token), is abandoned. */
 static const char *const sql_calls_claim =
-    "UPDATE strand.calls SET status = 'sent', updated_at = now() WHERE id IN ("
-    " SELECT id FROM strand.calls WHERE status = 'pending' ORDER BY created_at"
-    " LIMIT 16 FOR UPDATE SKIP LOCKED)"   /* CLAIM_BATCH */
-    " RETURNING id, instance_id, waiting_token, transport, request::text, attempt,"
-    " idempotency_key, timeout_ms";
+    "WITH picked AS (SELECT id, instance_id, waiting_token FROM strand.calls"
+    "  WHERE status = 'pending' ORDER BY created_at LIMIT $1::int FOR UPDATE SKIP LOCKED),"
+    " judged AS (SELECT p.id, EXISTS (SELECT 1 FROM strand.instances i"
+    "  JOIN strand.runtime_states r ON r.instance_id = i.id WHERE i.id = p.instance_id"
+    "  AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
+    "  AND jsonb_path_exists(r.snapshot, '$.threads[*] ? (!(@.done == true)).wait.token ? (@ == $t)',"
+    "                        jsonb_build_object('t', p.waiting_token))) AS live FROM picked p)"
+    " UPDATE strand.calls c SET status = CASE WHEN j.live THEN 'sent' ELSE 'abandoned' END,"
+    " claimed_by = CASE WHEN j.live THEN $2 END,"
+    " lease_until = CASE WHEN j.live THEN now() + make_interval(secs => $3::int / 1000.0) END,"
+    " updated_at = now() FROM judged j WHERE c.id = j.id"
+    " RETURNING c.id, c.instance_id, c.waiting_token, c.transport, c.request::text, c.attempt,"
+    " c.idempotency_key, c.timeout_ms, c.status";
+static const char *const sql_calls_renew =
+    "UPDATE strand.calls SET lease_until = now() + make_interval(secs => $2::int / 1000.0)"
+    " WHERE id = ANY($1::uuid[]) AND status = 'sent'";
+static const char *const sql_next_lease =
+    "SELECT (extract(epoch FROM (min(lease_until) - clock_timestamp())) * 1000)::bigint"
+    " FROM strand.calls WHERE status = 'sent'";
+/* A result is recorded once: a call another dispatcher already answered (after this
+ * one's lease passed) or that was abandoned records nothing and signals nothing. */
 static const char *const sql_call_result =
-    "UPDATE strand.calls SET status = $2, result = $3::jsonb, updated_at = now()"
-    " WHERE id = $1::uuid AND status = 'sent'";
+    "UPDATE strand.calls SET status = $2, result = $3::jsonb, claimed_by = NULL,"
+    " lease_until = NULL, updated_at = now()"
+    " WHERE id = $1::uuid AND status IN ('sent', 'pending') RETURNING 1";
 
-/* Performs one HTTP call; returns the result object for the CALL_RESULT payload. */
-static json_t *perform_http(const char *request_text, const char *idempotency_key,
-                            long timeout_ms, const char *instance_id, int attempt)
+static void call_free(call_t *c)
+{
+    if (c == NULL)
+        return;
+    st_worker_request_free(c->req);
+    json_decref(c->result);
+    free(c->waiting_token);
+    free(c);
+}
+
+/* The CALL_RESULT result of a reply. Caller decrefs. */
+static json_t *reply_result(st_err_t err, st_worker_reply_t *reply)
+{
+    if (err != ST_OK)
+        return json_pack("{s:b, s:s, s:b}", "ok", 0, "error", reply->error, "timeout",
+                         reply->timed_out);
+    json_error_t jerr;
+    json_t *parsed = reply->body ? json_loads(reply->body, JSON_DECODE_ANY, &jerr) : NULL;
+    if (parsed == NULL)
+        parsed = reply->body ? json_string(reply->body) : json_null();
+    if (parsed == NULL)   /* not UTF-8 */
+        parsed = json_null();
+    return json_pack("{s:b, s:i, s:o}", "ok", reply->status >= 200 && reply->status < 300,
+                     "status", (int)reply->status, "body", parsed);
+}
+
+/* Prepares the HTTP request of claimed row `row`; on failure sets c->result. */
+static void prepare_http(call_t *c, PGresult *calls, int row, const char *key)
 {
     json_error_t jerr;
-    json_t *request = json_loads(request_text, 0, &jerr);
+    json_t *request = json_loads(PQgetvalue(calls, row, 4), 0, &jerr);
     const char *url = json_string_value(json_object_get(request, "url"));
-    if (url == NULL || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
-        json_decref(request);
-        return json_pack("{s:b, s:s}", "ok", 0, "error", "the call has no http(s) url");
-    }
     const char *method = json_string_value(json_object_get(request, "method"));
     json_t *body_json = json_object_get(request, "body");
     /* The process worker protocol (docs/processes.md) also names the instance, the
      * attempt and the key in the body. */
     const char *protocol = json_string_value(json_object_get(request, "protocol"));
     if (protocol != NULL && strcmp(protocol, "strand.process/1") == 0 && json_is_object(body_json)) {
-        json_object_set_new(body_json, "instance_id", json_string(instance_id));
-        json_object_set_new(body_json, "attempt", json_integer(attempt));
-        json_object_set_new(body_json, "idempotency_key", json_string(idempotency_key));
+        json_object_set_new(body_json, "instance_id", json_string(c->instance_id));
+        json_object_set_new(body_json, "attempt", json_integer(c->attempt));
+        json_object_set_new(body_json, "idempotency_key", json_string(key));
     }
     char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     st_worker_reply_t reply;
-    json_t *result;
-    if (st_worker_call(method, url, body, idempotency_key, instance_id,
-                       json_object_get(request, "headers"), timeout_ms, &reply) != ST_OK) {
-        result = json_pack("{s:b, s:s, s:b}", "ok", 0, "error", reply.error, "timeout",
-                           reply.timed_out);
-    } else {
-        json_t *parsed = reply.body ? json_loads(reply.body, JSON_DECODE_ANY, &jerr) : NULL;
-        if (parsed == NULL)
-            parsed = reply.body ? json_string(reply.body) : json_null();
-        if (parsed == NULL)   /* not UTF-8 */
-            parsed = json_null();
-        result = json_pack("{s:b, s:i, s:o}", "ok", reply.status >= 200 && reply.status < 300,
-                           "status", (int)reply.status, "body", parsed);
-    }
+    st_err_t err = st_worker_request_new(method, url, body, key, c->instance_id, c->attempt,
+                                         json_object_get(request, "headers"),
+                                         atol(PQgetvalue(calls, row, 7)), &c->req, &reply);
+    if (err != ST_OK)
+        c->result = json_pack("{s:b, s:s}", "ok", 0, "error", reply.error);
+    else
+        curl_easy_setopt(st_worker_request_handle(c->req), CURLOPT_PRIVATE, c);
     st_worker_reply_close(&reply);
     free(body);
     json_decref(request);
-    return result;
 }
 
-/* Records the result and enqueues CALL_RESULT in one transaction. */
-static st_err_t report_tx(PGconn *conn, PGresult *calls, int row, json_t *result,
-                          st_errbuf_t *eb)
-{
-    int ok = json_is_true(json_object_get(result, "ok"));
-    char *result_text = json_dumps(result, JSON_COMPACT);
-    const char *params[] = {PQgetvalue(calls, row, 0), ok ? "succeeded" : "failed", result_text};
-    st_signal_t sig;
-    st_signal_init(&sig, ST_SIGNAL_CALL_RESULT, PQgetvalue(calls, row, 1), -1);
-    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(calls, row, 2));
-    sig.payload = json_pack("{s:s, s:i, s:O}", "call_id", PQgetvalue(calls, row, 0), "attempt",
-                            atoi(PQgetvalue(calls, row, 5)), "result", result);
-    st_err_t err = st_pg_begin(conn, eb);
-    if (err == ST_OK)
-        err = st_pg_exec(conn, sql_call_result, 3, params, NULL, eb);
-    if (err == ST_OK)
-        err = st_signal_enqueue_tx(conn, &sig, eb);
-    if (err == ST_OK)
-        err = st_pg_commit(conn, eb);
-    if (err != ST_OK)
-        st_pg_rollback(conn);
-    st_signal_close(&sig);
-    free(result_text);
-    return err;
-}
+/* ---- the claimer (due loop thread) ------------------------------------------------- */
 
-/* Recovery of abandoned calls and the dedup purge: bounded, indexed, once a minute. */
+/* The dedup purge: bounded, indexed, once a minute. */
 static int housekeeping(st_dispatcher_t *d, PGconn *conn)
 {
     if (time(NULL) - d->last_housekeeping < HOUSEKEEPING_EVERY_S)
@@ -126,8 +171,7 @@ static int housekeeping(st_dispatcher_t *d, PGconn *conn)
     char secs[16];
     snprintf(secs, sizeof secs, "%d", d->svc->cfg.dedup_retention_s);
     const char *params[] = {secs};
-    if (st_pg_exec(conn, sql_calls_recover, 0, NULL, NULL, &eb) != ST_OK ||
-        st_pg_exec(conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
+    if (st_pg_exec(conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
         st_log_warn("executor housekeeping failed", "%s", eb.msg);
         return 0;
     }
@@ -135,52 +179,346 @@ static int housekeeping(st_dispatcher_t *d, PGconn *conn)
     return 1;
 }
 
-/* Claims a batch and performs it (the due loop's `process`). Returns rows claimed,
- * -1 on a database error. */
+/* Returns calls with a lapsed lease to 'pending'. Returns 0 on a database error. */
+static int recover_lapsed(st_dispatcher_t *d, PGconn *conn)
+{
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    if (st_pg_exec(conn, sql_calls_recover, 0, NULL, &res, &eb) != ST_OK) {
+        st_log_warn("could not recover calls with a lapsed lease", "%s", eb.msg);
+        return 0;
+    }
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++)
+        st_log_warn("call lease lapsed, sending it again", "call=%s instance=%s owner=%s",
+                    PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+    PQclear(res);
+    /* Other executors may have free places when this one has none. */
+    if (n > 0 && st_pg_exec(conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, &eb) != ST_OK)
+        return 0;
+    (void)d;
+    return 1;
+}
+
+/* Claims as many calls as there are free places and hands them to the runner (the
+ * due loop's `process`). Returns rows claimed, -1 on a database error. */
 static int dispatch_batch(PGconn *conn, void *ctx)
 {
     st_dispatcher_t *d = ctx;
-    if (!housekeeping(d, conn))
+    if (!housekeeping(d, conn) || !recover_lapsed(d, conn))
         return -1;
+    pthread_mutex_lock(&d->lock);
+    int want = d->capacity - d->nactive;
+    if (want > CLAIM_BATCH)
+        want = CLAIM_BATCH;
+    if (want <= 0)
+        d->saturated = 1;   /* the runner says when a place frees up */
+    pthread_mutex_unlock(&d->lock);
+    if (want <= 0)
+        return 0;
     st_errbuf_t eb;
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", want);
+    const char *params[] = {limit, d->svc->cfg.node_id, d->lease_text};
     PGresult *calls = NULL;
-    if (st_pg_exec(conn, sql_calls_claim, 0, NULL, &calls, &eb) != ST_OK) {
+    if (st_pg_exec(conn, sql_calls_claim, 3, params, &calls, &eb) != ST_OK) {
         st_log_warn("could not claim calls", "%s", eb.msg);
         return -1;
     }
     int n = PQntuples(calls);
+    call_t *head = NULL, **tail = &head;
+    int taken = 0;
     for (int i = 0; i < n; i++) {
-        double started = st_mono_s();
-        json_t *result;
-        const char *transport = PQgetvalue(calls, i, 3);
-        if (strcmp(transport, "http") == 0)
-            result = perform_http(PQgetvalue(calls, i, 4), PQgetvalue(calls, i, 6),
-                                  atol(PQgetvalue(calls, i, 7)), PQgetvalue(calls, i, 1),
-                                  atoi(PQgetvalue(calls, i, 5)));
-        else
-            result = json_pack("{s:b, s:s}", "ok", 0, "error", "unsupported call transport");
-        st_metric_observe(d->m_duration, st_mono_s() - started);
-        st_metric_inc(json_is_true(json_object_get(result, "ok")) ? d->m_calls_ok
-                                                                   : d->m_calls_failed);
-        /* The result must reach the database; a crash before this line makes the
-         * recovery sweep send the call again with the same idempotency key. */
-        while (report_tx(conn, calls, i, result, &eb) != ST_OK && !st_service_stopping(d->svc)) {
-            st_log_warn("could not record a call result, retrying", "%s", eb.msg);
-            poll(NULL, 0, 500);
-            st_pg_ensure(conn);
+        if (strcmp(PQgetvalue(calls, i, 8), "abandoned") == 0) {
+            st_log_info("call abandoned: its instance no longer waits for it",
+                        "call=%s instance=%s", PQgetvalue(calls, i, 0), PQgetvalue(calls, i, 1));
+            continue;
         }
-        json_decref(result);
+        call_t *c = calloc(1, sizeof *c);
+        if (c == NULL || (c->waiting_token = strdup(PQgetvalue(calls, i, 2))) == NULL)
+            abort();   /* as the rest of the executor: no memory is not survivable */
+        snprintf(c->id, sizeof c->id, "%s", PQgetvalue(calls, i, 0));
+        snprintf(c->instance_id, sizeof c->instance_id, "%s", PQgetvalue(calls, i, 1));
+        c->attempt = atoi(PQgetvalue(calls, i, 5));
+        if (strcmp(PQgetvalue(calls, i, 3), "http") == 0)
+            prepare_http(c, calls, i, PQgetvalue(calls, i, 6));
+        else
+            c->result = json_pack("{s:b, s:s}", "ok", 0, "error", "unsupported call transport");
+        *tail = c;
+        tail = &c->next;
+        taken++;
     }
     PQclear(calls);
+    pthread_mutex_lock(&d->lock);
+    *tail = d->incoming;
+    d->incoming = head;
+    d->nactive += taken;
+    if (n == want && want < CLAIM_BATCH)
+        d->saturated = 1;   /* there may be more than the places we had */
+    pthread_mutex_unlock(&d->lock);
+    if (taken > 0)
+        curl_multi_wakeup(d->multi);
     return n;
 }
 
-/* New calls arrive by NOTIFY; the only deadline of its own is the next housekeeping. */
+/* Wakes at the earliest lease (a dead executor's calls) or the next housekeeping;
+ * new calls arrive by NOTIFY. */
 static long long next_wait_ms(PGconn *conn, void *ctx)
 {
     st_dispatcher_t *d = ctx;
     long long left = (long long)(d->last_housekeeping + HOUSEKEEPING_EVERY_S - time(NULL)) * 1000;
-    return left > 0 ? left : 0;
+    if (left < 0)
+        left = 0;
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    if (st_pg_exec(conn, sql_next_lease, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
+        long long lease = atoll(PQgetvalue(res, 0, 0)) + 20;   /* just past the lapse */
+        if (lease < 0)
+            lease = 0;
+        if (lease < left)
+            left = lease;
+    }
+    PQclear(res);
+    return left;
+}
+
+/* ---- the runner ------------------------------------------------------------------- */
+
+static int runner_pg(st_dispatcher_t *d)
+{
+    if (d->conn != NULL && PQstatus(d->conn) == CONNECTION_OK)
+        return 1;
+    if (st_mono_s() < d->next_connect_try)
+        return 0;
+    if (d->conn != NULL)
+        PQfinish(d->conn);
+    d->conn = NULL;
+    st_errbuf_t eb;
+    if (st_pg_connect(d->svc->cfg.pg_dsn, "strand-calls", &d->conn, &eb) != ST_OK) {
+        st_log_warn("call runner could not connect to PostgreSQL", "%s", eb.msg);
+        d->conn = NULL;
+        d->next_connect_try = st_mono_s() + REPORT_RETRY_S;
+        return 0;
+    }
+    return 1;
+}
+
+/* Records the result and enqueues CALL_RESULT in one transaction. */
+static st_err_t report_tx(PGconn *conn, const call_t *c, st_errbuf_t *eb)
+{
+    int ok = json_is_true(json_object_get(c->result, "ok"));
+    char *result_text = json_dumps(c->result, JSON_COMPACT);
+    const char *params[] = {c->id, ok ? "succeeded" : "failed", result_text};
+    st_signal_t sig;
+    st_signal_init(&sig, ST_SIGNAL_CALL_RESULT, c->instance_id, -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", c->waiting_token);
+    sig.payload = json_pack("{s:s, s:i, s:O}", "call_id", c->id, "attempt", c->attempt,
+                            "result", c->result);
+    PGresult *res = NULL;
+    st_err_t err = st_pg_begin(conn, eb);
+    if (err == ST_OK)
+        err = st_pg_exec(conn, sql_call_result, 3, params, &res, eb);
+    if (err == ST_OK && PQntuples(res) > 0)
+        err = st_signal_enqueue_tx(conn, &sig, eb);
+    if (err == ST_OK)
+        err = st_pg_commit(conn, eb);
+    if (err != ST_OK)
+        st_pg_rollback(conn);
+    PQclear(res);
+    st_signal_close(&sig);
+    free(result_text);
+    return err;
+}
+
+/* Takes the calls the claimer handed over and starts their transfers. */
+static void take_incoming(st_dispatcher_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    call_t *list = d->incoming;
+    d->incoming = NULL;
+    pthread_mutex_unlock(&d->lock);
+    while (list != NULL) {
+        call_t *c = list;
+        list = c->next;
+        c->started = st_mono_s();
+        if (c->req != NULL &&
+            curl_multi_add_handle(d->multi, st_worker_request_handle(c->req)) != CURLM_OK) {
+            c->result = json_pack("{s:b, s:s}", "ok", 0, "error", "could not start the call");
+            st_worker_request_free(c->req);
+            c->req = NULL;
+        }
+        if (c->req != NULL) {
+            c->next = d->running;
+            d->running = c;
+        } else {
+            c->next = d->finished;
+            d->finished = c;
+        }
+    }
+}
+
+/* Moves the transfers that ended to the finished list. */
+static void collect_done(st_dispatcher_t *d)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(d->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        call_t *c = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+        CURLcode code = msg->data.result;
+        curl_multi_remove_handle(d->multi, msg->easy_handle);
+        for (call_t **p = &d->running; *p != NULL; p = &(*p)->next)
+            if (*p == c) {
+                *p = c->next;
+                break;
+            }
+        st_worker_reply_t reply;
+        st_err_t err = st_worker_request_finish(c->req, (int)code, &reply);
+        c->result = reply_result(err, &reply);
+        st_worker_reply_close(&reply);
+        st_worker_request_free(c->req);
+        c->req = NULL;
+        st_metric_observe(d->m_duration, st_mono_s() - c->started);
+        c->next = d->finished;
+        d->finished = c;
+    }
+}
+
+/* Records the finished calls' results; the ones the database refused stay for the
+ * next try. */
+static void report_finished(st_dispatcher_t *d)
+{
+    if (d->finished == NULL || st_mono_s() < d->next_report_try || !runner_pg(d))
+        return;
+    int freed = 0;
+    while (d->finished != NULL) {
+        call_t *c = d->finished;
+        st_errbuf_t eb;
+        if (report_tx(d->conn, c, &eb) != ST_OK) {
+            st_log_warn("could not record a call result, retrying", "call=%s: %s", c->id, eb.msg);
+            d->next_report_try = st_mono_s() + REPORT_RETRY_S;
+            break;
+        }
+        st_metric_inc(json_is_true(json_object_get(c->result, "ok")) ? d->m_calls_ok
+                                                                      : d->m_calls_failed);
+        d->finished = c->next;
+        call_free(c);
+        freed++;
+    }
+    if (freed == 0)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->nactive -= freed;
+    int wake = d->saturated;
+    d->saturated = 0;
+    pthread_mutex_unlock(&d->lock);
+    st_errbuf_t eb;
+    /* Places came free while calls were left pending: wake the claimers. */
+    if (wake)
+        st_pg_exec(d->conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, &eb);
+}
+
+/* Pushes the leases of every call this runner holds forward. */
+static void renew_leases(st_dispatcher_t *d)
+{
+    if ((d->running == NULL && d->finished == NULL) || !runner_pg(d))
+        return;
+    size_t n = 0;
+    for (call_t *c = d->running; c != NULL; c = c->next)
+        n++;
+    for (call_t *c = d->finished; c != NULL; c = c->next)
+        n++;
+    char *ids = malloc(n * 37 + 3);
+    if (ids == NULL)
+        return;
+    size_t len = 0;
+    ids[len++] = '{';
+    for (int pass = 0; pass < 2; pass++)
+        for (call_t *c = pass ? d->finished : d->running; c != NULL; c = c->next) {
+            memcpy(ids + len, c->id, 36);
+            len += 36;
+            ids[len++] = ',';
+        }
+    ids[len - 1] = '}';
+    ids[len] = '\0';
+    const char *params[] = {ids, d->lease_text};
+    st_errbuf_t eb;
+    if (st_pg_exec(d->conn, sql_calls_renew, 2, params, NULL, &eb) != ST_OK)
+        st_log_warn("could not renew call leases", "%s", eb.msg);
+    free(ids);
+}
+
+static void *runner_main(void *arg)
+{
+    st_dispatcher_t *d = arg;
+    double renew_every = d->lease_ms / 3000.0;
+    double next_renew = st_mono_s() + renew_every;
+    double stop_deadline = 0;
+    for (;;) {
+        take_incoming(d);
+        int still = 0;
+        curl_multi_perform(d->multi, &still);
+        collect_done(d);
+        report_finished(d);
+        double now = st_mono_s();
+        if (now >= next_renew) {
+            renew_leases(d);
+            next_renew = now + renew_every;
+        }
+        pthread_mutex_lock(&d->lock);
+        int stop = d->stop;
+        int idle = d->incoming == NULL;
+        pthread_mutex_unlock(&d->lock);
+        if (stop) {
+            if (idle && d->running == NULL && d->finished == NULL)
+                break;
+            if (stop_deadline == 0)
+                stop_deadline = now + STOP_GRACE_S;
+            if (now >= stop_deadline)
+                break;   /* the rest keep their leases until they lapse */
+        }
+        double wait_s = next_renew - now;
+        if (d->finished != NULL && d->next_report_try - now < wait_s)
+            wait_s = d->next_report_try - now;
+        if (wait_s > 1.0)
+            wait_s = 1.0;
+        if (wait_s < 0.001)
+            wait_s = 0.001;
+        curl_multi_poll(d->multi, NULL, 0, (int)(wait_s * 1000) + 1, NULL);
+    }
+    while (d->running != NULL) {
+        call_t *c = d->running;
+        d->running = c->next;
+        curl_multi_remove_handle(d->multi, st_worker_request_handle(c->req));
+        call_free(c);
+    }
+    while (d->finished != NULL) {
+        call_t *c = d->finished;
+        d->finished = c->next;
+        call_free(c);
+    }
+    if (d->conn != NULL)
+        PQfinish(d->conn);
+    d->conn = NULL;
+    return NULL;
+}
+
+/* ---- start and stop --------------------------------------------------------------- */
+
+static void dispatcher_free(st_dispatcher_t *d)
+{
+    while (d->incoming != NULL) {
+        call_t *c = d->incoming;
+        d->incoming = c->next;
+        call_free(c);
+    }
+    if (d->multi != NULL)
+        curl_multi_cleanup(d->multi);
+    pthread_mutex_destroy(&d->lock);
+    curl_global_cleanup();
+    free(d);
 }
 
 st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf_t *eb)
@@ -189,6 +527,10 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
     if (d == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the dispatcher");
     d->svc = svc;
+    d->capacity = svc->cfg.executor_call_concurrency;
+    d->lease_ms = svc->cfg.executor_call_lease_ms;
+    snprintf(d->lease_text, sizeof d->lease_text, "%d", d->lease_ms);
+    pthread_mutex_init(&d->lock, NULL);
     d->m_calls_ok = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                        "outcome=\"ok\"");
     d->m_calls_failed = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
@@ -196,12 +538,27 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
     d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
                                          "Duration of outbound calls", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    d->multi = curl_multi_init();
+    if (d->multi == NULL) {
+        dispatcher_free(d);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not create the call runner");
+    }
+    curl_multi_setopt(d->multi, CURLMOPT_MAXCONNECTS, (long)d->capacity);
+    if (pthread_create(&d->runner, NULL, runner_main, d) != 0) {
+        dispatcher_free(d);
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not start the call runner");
+    }
+    d->runner_started = 1;
     st_due_loop_config_t cfg = {"dispatcher", ST_CALLS_CHANNEL, CLAIM_BATCH, dispatch_batch,
                                 next_wait_ms, d};
     st_err_t err = st_due_loop_start(svc, &cfg, &d->loop, eb);
     if (err != ST_OK) {
-        curl_global_cleanup();
-        free(d);
+        pthread_mutex_lock(&d->lock);
+        d->stop = 1;
+        pthread_mutex_unlock(&d->lock);
+        curl_multi_wakeup(d->multi);
+        pthread_join(d->runner, NULL);
+        dispatcher_free(d);
         return err;
     }
     *out = d;
@@ -212,7 +569,11 @@ void st_dispatcher_stop(st_dispatcher_t *d)
 {
     if (d == NULL)
         return;
-    st_due_loop_stop(d->loop);
-    curl_global_cleanup();
-    free(d);
+    st_due_loop_stop(d->loop);   /* no more claims */
+    pthread_mutex_lock(&d->lock);
+    d->stop = 1;
+    pthread_mutex_unlock(&d->lock);
+    curl_multi_wakeup(d->multi);
+    pthread_join(d->runner, NULL);
+    dispatcher_free(d);
 }

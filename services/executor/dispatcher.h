@@ -2,14 +2,22 @@
  * dispatcher.h - performs outbound calls after commit (invariant 7: no network call
  * inside a database transaction) and reports each outcome as a CALL_RESULT signal.
  *
- * A thread in the executor, on the shared deadline loop (libs/common due_loop.c).
- * It wakes on NOTIFY strand_calls, claims pending rows of
- * strand.calls with FOR UPDATE SKIP LOCKED and marks them sent (commit), performs the
- * HTTP POST with the call's timeout and an Idempotency-Key header, then, in one
- * transaction, records the result and enqueues the CALL_RESULT signal with the call's
- * waiting token. At start-up and then at most once a minute, a bounded, indexed
- * sweep returns calls left 'sent' by a crashed dispatcher to 'pending' (workers see
- * the same idempotency key again) and purges the signal dedup window
+ * Two threads in the executor:
+ *  - the claimer, on the shared deadline loop (libs/common due_loop.c), wakes on
+ *    NOTIFY strand_calls and claims pending rows of strand.calls with FOR UPDATE SKIP
+ *    LOCKED, as many as there are free places (STRAND_EXECUTOR_CALL_CONCURRENCY, 32 by
+ *    default). A claim marks the call 'sent' under a lease (STRAND_EXECUTOR_CALL_LEASE_MS)
+ *    and commits. A call whose instance no longer waits on its token (cancelled, ended,
+ *    or moved on) is marked 'abandoned' at the claim and never sent.
+ *  - the runner performs the claimed calls at once, all concurrently, on one libcurl
+ *    multi handle, each bounded by its own timeout, so one slow or hung worker delays
+ *    no other call. It renews the leases of the calls in flight every third of the
+ *    lease, and, in one transaction per call, records the result and enqueues the
+ *    CALL_RESULT signal with the call's waiting token.
+ * An executor that dies stops renewing: when a lease has passed, the claimer of any
+ * executor (woken by that deadline, the earliest lease_until, not by a polling tick)
+ * returns the call to 'pending' and sends it again, with the same Idempotency-Key
+ * and attempt. Once a minute the claimer also purges the signal dedup window
  * (STRAND_DEDUP_RETENTION_S).
  * Retries are the interpreter's business: it answers a failed result with a durable
  * backoff timer, never a sleep here.
@@ -25,10 +33,11 @@
 
 typedef struct st_dispatcher st_dispatcher_t;
 
-/* Starts the dispatcher thread. Caller stops it with st_dispatcher_stop(). */
+/* Starts the dispatcher's threads. Caller stops it with st_dispatcher_stop(). */
 st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf_t *eb);
 
-/* Finishes the call in hand (bounded by its timeout), then stops and frees. */
+/* Stops claiming, lets the calls in flight finish for up to a few seconds (the rest
+ * are left to their leases: another executor sends them again), then frees. */
 void st_dispatcher_stop(st_dispatcher_t *d);
 
 #endif

@@ -13,6 +13,7 @@
 #include "strand/notice.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/signal.h"
 #include "strand/util.h"
 #include "strand/work.h"
 
@@ -29,7 +30,8 @@ struct st_ack_monitor {
 
 static const char *const sql_due_claim =
     "SELECT a.ack_guid, a.consumer, a.stage, a.raises, a.reminders, a.max_raises,"
-    " a.delivery_timeout_s, a.processing_timeout_s, w.instance_id, w.envelope, w.event_code"
+    " a.delivery_timeout_s, a.processing_timeout_s, w.instance_id, w.envelope, w.event_code,"
+    " w.kind, w.waiting_token"
     " FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     " WHERE a.due_at <= now() ORDER BY a.due_at LIMIT 200 FOR UPDATE OF a SKIP LOCKED";
 static const char *const sql_ack_reraised =
@@ -50,6 +52,22 @@ static const char *const sql_pending =
     "SELECT count(*) FROM strand.acks WHERE due_at IS NOT NULL";
 static const char *const sql_history_insert =
     "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
+
+/* Enqueues a failed CALL_RESULT for the wait `token` of `instance`. */
+static st_err_t resume_call_tx(st_ack_monitor_t *m, const char *instance, const char *token,
+                               const char *guid, const char *consumer, const char *reason,
+                               st_errbuf_t *eb)
+{
+    st_signal_t sig;
+    st_signal_init(&sig, ST_SIGNAL_CALL_RESULT, instance, -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", token);
+    sig.payload = json_pack("{s:s, s:s, s:{s:b, s:s, s:b}}", "ack_guid", guid, "consumer",
+                            consumer, "result", "ok", 0, "error", reason, "gave_up", 1);
+    st_err_t err = sig.payload ? st_signal_enqueue_tx(m->conn, &sig, eb)
+                               : st_err_set(eb, ST_ERR_NOMEM, "could not build a call result");
+    st_signal_close(&sig);
+    return err;
+}
 
 /* Handles one claimed row inside the batch's transaction. */
 static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_errbuf_t *eb)
@@ -94,6 +112,12 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         /* A give-up raises nothing: it reports the raises made, as the ACK row and the
          * dead letter do (count + 1 said one more). */
         json_object_set_new(detail, "raises", json_integer(count));
+        /* A call's instance waits for a result that will not come: answer it with a
+         * failed one, so the step's retry or on_failure applies (a wait answered by
+         * now, by another consumer or the call's timeout, drops this as stale). */
+        if (err == ST_OK && strcmp(PQgetvalue(rows, i, 11), "call") == 0 &&
+            !PQgetisnull(rows, i, 12))
+            err = resume_call_tx(m, instance, PQgetvalue(rows, i, 12), guid, consumer, reason, eb);
         code = "DispatchFailure";
         history_kind = "work_failed";
         st_metric_inc(m->m_failed);

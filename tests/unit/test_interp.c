@@ -191,7 +191,8 @@ static void test_timer_call_retry_and_child(void)
     json_t *call = json_array_get(effects, 0);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(call, "type")), "make_call");
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(call, "attempt")), 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(call, "idempotency_key")), ":c:1"));
+    const char *key = json_string_value(json_object_get(call, "idempotency_key"));
+    CU_ASSERT_TRUE(key != NULL && strlen(key) > 2 && strcmp(key + strlen(key) - 2, ":c") == 0);
     /* Fails once: a retry timer with backoff 100 ms. */
     snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":false}}}",
              wait_token(snap));
@@ -348,7 +349,8 @@ static void test_random_events_never_corrupt(void)
 
 /* Regression: a call inside a loop used to repeat its idempotency key on every
  * iteration (<instance>:<step>:<attempt>), so a worker deduplicating on it would drop
- * the second call. The key now names the visit; a retry keeps it. */
+ * the second call. The key now names the visit; a retry keeps it whole (issue 16: it
+ * used to end in the attempt number, so a worker keyed by it acted twice). */
 static void test_call_in_loop_gets_a_key_per_visit(void)
 {
     st_defn_t *d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"2\",\"body\":["
@@ -368,10 +370,48 @@ static void test_call_in_loop_gets_a_key_per_visit(void)
              wait_token(snap));
     CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);   /* second iteration */
     snprintf(second, sizeof second, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "idempotency_key")));
-    CU_ASSERT_PTR_NOT_NULL(strstr(first, ":c:1"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(retry, ":c:2"));
-    CU_ASSERT_EQUAL(strncmp(first, retry, strlen(first) - 1), 0);   /* same visit, other attempt */
+    CU_ASSERT_EQUAL(strcmp(first + strlen(first) - 2, ":c"), 0);
+    CU_ASSERT_STRING_EQUAL(first, retry);   /* same call, other attempt: same key */
     CU_ASSERT_STRING_NOT_EQUAL(first, second);
+    json_decref(snap);
+    json_decref(effects);
+    st_defn_free(d);
+}
+
+/* Regression (issue 16): a Kafka call's timeout set no timer, so a call nobody answered
+ * waited for ever. The timeout is now a durable timer on the call's own token; when it
+ * fires first, the attempt fails (retry, then on_failure), and a late result is stale. */
+static void test_kafka_call_timeout_is_a_timer(void)
+{
+    st_defn_t *d = compile("[{\"id\":\"k\",\"type\":\"call\",\"transport\":\"kafka\","
+        " \"consumers\":[\"billing\"],\"request\":{},\"timeout\":1500,"
+        " \"retry\":{\"max_attempts\":2,\"backoff_ms\":10},"
+        " \"on_failure\":[{\"id\":\"n\",\"type\":\"set\",\"values\":{\"gave_up\":true}}]},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"gave_up\":\"state.gave_up\","
+        " \"timeout\":\"state.k.error.timeout\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    char event[512], token[200];
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_array_size(effects), 2);
+    json_t *timer = json_array_get(effects, 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "type")), "set_timer");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "kind")), "call_timeout");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(timer, "due_ms")), NOW + 1500);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(timer, "token")), wait_token(snap));
+    /* the timeout fires first: a retry timer */
+    snprintf(token, sizeof token, "%s", wait_token(snap));
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", token);
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(effects, 0), "kind")), "retry");
+    /* the first attempt's late result is stale */
+    snprintf(event, sizeof event, "{\"type\":\"CALL_RESULT\",\"token\":\"%s\",\"payload\":{\"result\":{\"ok\":true}}}", token);
+    CU_ASSERT_NOT_EQUAL(step(d, &snap, event, &effects), ST_RUN_COMPLETED);
+    snprintf(event, sizeof event, "{\"type\":\"RETRY_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_WAITING);
+    snprintf(event, sizeof event, "{\"type\":\"TIMER_DUE\",\"token\":\"%s\"}", wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, event, &effects), ST_RUN_COMPLETED);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(snap, "output"), "gave_up")));
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(snap, "output"), "timeout")));
     json_decref(snap);
     json_decref(effects);
     st_defn_free(d);
@@ -382,4 +422,5 @@ ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
              ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
              ST_TEST(test_parallel_join_all_and_any),
              ST_TEST(test_abandoned_branches_and_ended_children), ST_TEST(test_random_events_never_corrupt),
-             ST_TEST(test_call_in_loop_gets_a_key_per_visit))
+             ST_TEST(test_call_in_loop_gets_a_key_per_visit),
+             ST_TEST(test_kafka_call_timeout_is_a_timer))

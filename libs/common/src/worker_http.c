@@ -8,6 +8,13 @@
 
 #include "strand/curl_body.h"
 
+struct st_worker_request {
+    CURL *curl;
+    struct curl_slist *headers;
+    char *body;                 /* the request body; libcurl reads it in place */
+    st_curl_body_t answer;
+};
+
 static struct curl_slist *add_header(struct curl_slist *list, const char *name, const char *value)
 {
     if (value == NULL || strchr(name, '\n') || strchr(name, '\r') || strchr(value, '\n') ||
@@ -19,46 +26,101 @@ static struct curl_slist *add_header(struct curl_slist *list, const char *name, 
     return grown ? grown : list;
 }
 
-st_err_t st_worker_call(const char *method, const char *url, const char *body,
-                        const char *idempotency_key, const char *instance_id,
-                        const json_t *headers, long timeout_ms, st_worker_reply_t *reply)
+st_err_t st_worker_request_new(const char *method, const char *url, const char *body,
+                               const char *idempotency_key, const char *instance_id,
+                               int attempt, const json_t *headers, long timeout_ms,
+                               st_worker_request_t **out, st_worker_reply_t *reply)
 {
     memset(reply, 0, sizeof *reply);
-    CURL *curl = curl_easy_init();
-    if (curl == NULL) {
-        snprintf(reply->error, sizeof reply->error, "could not create an HTTP client");
-        return ST_ERR_RETRY;
+    *out = NULL;
+    if (url == NULL || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
+        snprintf(reply->error, sizeof reply->error, "the call has no http(s) url");
+        return ST_ERR_INVALID;
     }
+    st_worker_request_t *req = calloc(1, sizeof *req);
+    if (req != NULL) {
+        req->curl = curl_easy_init();
+        req->body = strdup(body ? body : "{}");
+    }
+    if (req == NULL || req->curl == NULL || req->body == NULL) {
+        st_worker_request_free(req);
+        snprintf(reply->error, sizeof reply->error, "could not create an HTTP client");
+        return ST_ERR_NOMEM;
+    }
+    char attempt_text[16];
+    snprintf(attempt_text, sizeof attempt_text, "%d", attempt);
     struct curl_slist *list = add_header(NULL, "Content-Type", "application/json");
     list = add_header(list, "Idempotency-Key", idempotency_key);
     list = add_header(list, "Strand-Instance-Id", instance_id);
+    list = add_header(list, "Strand-Attempt", attempt > 0 ? attempt_text : NULL);
     const char *name;
     json_t *value;
     json_object_foreach((json_t *)headers, name, value)
         list = add_header(list, name, json_string_value(value));
-    st_curl_body_t answer = {.limit = ST_WORKER_MAX_ANSWER_BYTES};
+    req->headers = list;
+    req->answer.limit = ST_WORKER_MAX_ANSWER_BYTES;
+    CURL *curl = req->curl;
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method ? method : "POST");
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "{}");
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->body);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
-    CURLcode rc = curl_easy_perform(curl);
-    st_err_t err = ST_OK;
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &req->answer);
+    *out = req;
+    return ST_OK;
+}
+
+void *st_worker_request_handle(st_worker_request_t *req)
+{
+    return req->curl;
+}
+
+st_err_t st_worker_request_finish(st_worker_request_t *req, int curl_code,
+                                  st_worker_reply_t *reply)
+{
+    memset(reply, 0, sizeof *reply);
+    CURLcode rc = (CURLcode)curl_code;
     if (rc == CURLE_OK) {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply->status);
-        reply->body = answer.data;
-    } else {
-        free(answer.data);
-        reply->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
-        snprintf(reply->error, sizeof reply->error, "%s", curl_easy_strerror(rc));
-        err = reply->timed_out ? ST_ERR_TIMEOUT : ST_ERR_RETRY;
+        curl_easy_getinfo(req->curl, CURLINFO_RESPONSE_CODE, &reply->status);
+        reply->body = req->answer.data;
+        req->answer.data = NULL;
+        req->answer.len = 0;
+        return ST_OK;
     }
-    curl_slist_free_all(list);
-    curl_easy_cleanup(curl);
+    reply->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+    snprintf(reply->error, sizeof reply->error, "%s", curl_easy_strerror(rc));
+    return reply->timed_out ? ST_ERR_TIMEOUT : ST_ERR_RETRY;
+}
+
+void st_worker_request_free(st_worker_request_t *req)
+{
+    if (req == NULL)
+        return;
+    if (req->curl != NULL)
+        curl_easy_cleanup(req->curl);
+    curl_slist_free_all(req->headers);
+    free(req->answer.data);
+    free(req->body);
+    free(req);
+}
+
+st_err_t st_worker_call(const char *method, const char *url, const char *body,
+                        const char *idempotency_key, const char *instance_id,
+                        const json_t *headers, long timeout_ms, st_worker_reply_t *reply)
+{
+    st_worker_request_t *req;
+    st_err_t err = st_worker_request_new(method, url, body, idempotency_key, instance_id, 0,
+                                         headers, timeout_ms, &req, reply);
+    if (err == ST_ERR_INVALID)
+        return ST_ERR_RETRY;   /* as before: a bad URL is a failed call */
+    if (err != ST_OK)
+        return err == ST_ERR_NOMEM ? ST_ERR_RETRY : err;
+    CURLcode rc = curl_easy_perform(req->curl);
+    err = st_worker_request_finish(req, (int)rc, reply);
+    st_worker_request_free(req);
     return err;
 }
 

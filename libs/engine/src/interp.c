@@ -272,10 +272,11 @@ static void start_call(run_t *r, json_t *thread, const json_t *step, const char 
     char token[160], key[300];
     new_token(r, token, sizeof token);
     /* The key names this visit of the step (the seq of its first attempt), so a call in
-     * a loop or a re-entered process state is a new call, and a retry is the same one. */
+     * a loop or a re-entered process state is a new call, and every retry and
+     * redelivery of one call carries the same key; the attempt travels apart. */
     if (visit == 0)
         visit = json_integer_value(json_object_get(r->snap, "seq"));
-    snprintf(key, sizeof key, "%s:%lld:%s:%d", r->instance_id, visit, str(step, "id"), attempt);
+    snprintf(key, sizeof key, "%s:%lld:%s", r->instance_id, visit, str(step, "id"));
     json_t *e = json_pack("{s:s, s:s, s:o, s:I, s:i, s:s, s:s}", "type", "make_call", "transport",
                           str(step, "transport"), "request", request, "timeout_ms",
                           (json_int_t)timeout, "attempt", attempt, "idempotency_key", key,
@@ -284,6 +285,14 @@ static void start_call(run_t *r, json_t *thread, const json_t *step, const char 
         json_object_set(e, "consumers", json_object_get(step, "consumers"));
     json_object_set(e, "event_code", json_object_get(step, "id"));
     effect(r, e);
+    /* A Kafka call has no connection to time out: a step `timeout` is a durable timer
+     * on the call's own token, so whichever of result and timer comes first answers
+     * the wait and the other is stale. */
+    const char *transport = str(step, "transport");
+    if (transport != NULL && strcmp(transport, "kafka") == 0 && json_object_get(step, "timeout"))
+        effect(r, json_pack("{s:s, s:I, s:s, s:s}", "type", "set_timer", "due_ms",
+                            (json_int_t)(r->now_ms + timeout), "token", token, "kind",
+                            "call_timeout"));
     wait_on(thread, json_pack("{s:s, s:s, s:s, s:i, s:I}", "kind", "call", "token", token, "step",
                               step_path, "attempt", attempt, "visit", (json_int_t)visit));
 }
@@ -797,8 +806,14 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
         push_frame(thread, p);
     } else if (strcmp(kind, "timer") == 0 && strcmp(type, "TIMER_DUE") == 0) {
         /* nothing to record: the time has come */
-    } else if (strcmp(kind, "call") == 0 && strcmp(type, "CALL_RESULT") == 0) {
-        const json_t *result = json_object_get(payload, "result");
+    } else if (strcmp(kind, "call") == 0 &&
+               (strcmp(type, "CALL_RESULT") == 0 || strcmp(type, "TIMER_DUE") == 0)) {
+        /* TIMER_DUE: a Kafka call's timeout passed before its result came. */
+        json_t *timed_out = NULL;
+        if (strcmp(type, "TIMER_DUE") == 0)
+            timed_out = json_pack("{s:b, s:s, s:b}", "ok", 0, "error",
+                                  "no result within the call's timeout", "timeout", 1);
+        const json_t *result = timed_out ? timed_out : json_object_get(payload, "result");
         int attempt = (int)json_integer_value(json_object_get(wait, "attempt"));
         if (json_is_true(json_object_get(result, "ok"))) {
             const json_t *body = json_object_get(result, "body");
@@ -832,6 +847,7 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
                                        "attempts", attempt));
             }
         }
+        json_decref(timed_out);
     } else if (strcmp(kind, "retry") == 0 &&
                (strcmp(type, "TIMER_DUE") == 0 || strcmp(type, "RETRY_DUE") == 0)) {
         start_call(r, thread, step, step_path, (int)json_integer_value(json_object_get(wait, "attempt")) + 1,

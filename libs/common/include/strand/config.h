@@ -24,6 +24,8 @@ typedef struct {
     char log_level[16];        /* STRAND_LOG_LEVEL */
     int executor_concurrency; /* STRAND_EXECUTOR_CONCURRENCY: executor worker threads */
     int executor_commit_interval_ms; /* STRAND_EXECUTOR_COMMIT_INTERVAL_MS: offset commits */
+    int executor_call_concurrency; /* STRAND_EXECUTOR_CALL_CONCURRENCY: calls in flight */
+    int executor_call_lease_ms; /* STRAND_EXECUTOR_CALL_LEASE_MS: a sent call's claim */
     int max_attempts;          /* STRAND_MAX_ATTEMPTS: deliveries before dead-lettering */
     int relay_batch;           /* STRAND_RELAY_BATCH: outbox rows per claim */
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
