@@ -30,6 +30,9 @@ typedef struct {
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
     int max_body_bytes;        /* STRAND_HTTP_MAX_BODY: request body limit */
     int pg_prepared;           /* STRAND_PG_PREPARED: 1 = prepared statements, 0 = off */
+    int kafka_session_timeout_ms; /* STRAND_KAFKA_SESSION_TIMEOUT_MS: consumer failover */
+    int consumer_poll_limit_ms;   /* STRAND_CONSUMER_POLL_LIMIT_MS: unready past it */
+    int kafka_lag_interval_ms;    /* STRAND_KAFKA_LAG_INTERVAL_MS: broker lag queries */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.
