@@ -72,7 +72,7 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_PG_PREPARED", 1, 0, 1, pg_prepared);
     INT("STRAND_KAFKA_SESSION_TIMEOUT_MS", 6000, 1000, 300000, kafka_session_timeout_ms);
     INT("STRAND_CONSUMER_POLL_LIMIT_MS", 30000, 1000, 3600000, consumer_poll_limit_ms);
-    INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 500, 300000, kafka_lag_interval_ms);
+    INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 100, 300000, kafka_lag_interval_ms);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error"};
