@@ -384,12 +384,15 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         return;
     }
     /* Revoke (or lost): let the work in hand finish and commit before the partitions
-     * move. A lost assignment may already belong to another member: committing then
-     * fails harmlessly, and the new owner's duplicate check drops what is replayed. */
+     * move. A lost assignment may already belong to another member: its commit is
+     * asynchronous (it may fail), and the new owner's duplicate check drops what is
+     * replayed. */
     st_log_info("partitions revoked", "count=%d protocol=%s", partitions->cnt,
                 eager ? "eager" : "cooperative");
     drain_workers(ex);
-    commit_done(ex, 1, 0);
+    /* A lost assignment (session timed out) has no generation to commit under. */
+    int lost = rd_kafka_assignment_lost(rk);
+    commit_done(ex, !lost, 0);
     forget_partitions(ex, partitions);
     if (eager) {
         rd_kafka_assign(rk, NULL);

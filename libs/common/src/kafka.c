@@ -112,7 +112,9 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
  * uses a handle; st_kafka_consumer_free() takes it to unregister, so a handle is never
  * used after it is destroyed. Poll threads never take the lock (atomics only). */
 #define WATCH_MAX 16
-#define WATCH_QUERY_MS 3000
+/* Each broker query waits at most this long, and a round for one consumer stops at the
+ * first failure (broker down): st_kafka_consumer_free() waits for the round. */
+#define WATCH_QUERY_MS 1000
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static st_kafka_watch_t *watched[WATCH_MAX];
 static int watch_interval_ms = 5000;
@@ -222,8 +224,10 @@ static void watch_measure(st_kafka_watch_t *w)
         rd_kafka_topic_partition_t *p = &parts->elems[i];
         int64_t lo = 0, hi = 0;
         if (rd_kafka_query_watermark_offsets(w->rk, p->topic, p->partition, &lo, &hi,
-                                             WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
-            continue;
+                                             WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rd_kafka_topic_partition_list_destroy(parts);
+            return;   /* broker unreachable: keep the last figures */
+        }
         int64_t from = p->offset >= 0 ? p->offset : lo;
         double lag = hi > from ? (double)(hi - from) : 0;
         partition_gauges(w->group, p->topic, p->partition, lag,
@@ -394,6 +398,23 @@ void st_kafka_consumer_free(rd_kafka_t *rk)
     if (rk == NULL)
         return;
     watch_remove(rk);
+    /* librdkafka 2.0 can hang in rd_kafka_consumer_close() when a cooperative
+     * assignment arrives while it closes (librdkafka issue 4527): unsubscribe and let
+     * the revocation run first, for a bounded time. Messages polled here are dropped
+     * uncommitted and redelivered to the next owner. */
+    rd_kafka_unsubscribe(rk);
+    for (int i = 0; i < 50; i++) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        int left = rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR && parts != NULL
+                       ? parts->cnt : 0;
+        if (parts != NULL)
+            rd_kafka_topic_partition_list_destroy(parts);
+        if (left == 0)
+            break;
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(rk, 100);
+        if (msg != NULL)
+            rd_kafka_message_destroy(msg);
+    }
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
 }
