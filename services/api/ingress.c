@@ -240,7 +240,8 @@ static void *ingress_main(void *arg)
         if (msg->err) {
             if (msg->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 __atomic_store_n(&ing->kafka_up, 0, __ATOMIC_RELEASE);
-            else if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            else if (!st_kafka_watch_error(&ing->watch, ing->consumer, msg->err) &&
+                     msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 st_log_warn("ingress consumer error", "%s", rd_kafka_message_errstr(msg));
         } else {
             __atomic_store_n(&ing->kafka_up, 1, __ATOMIC_RELEASE);

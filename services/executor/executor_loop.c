@@ -418,7 +418,8 @@ static void *consumer_main(void *arg)
         if (msg != NULL && msg->err) {
             if (msg->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 __atomic_store_n(&ex->kafka_up, 0, __ATOMIC_RELEASE);
-            if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            if (!st_kafka_watch_error(&ex->watch, ex->consumer, msg->err) &&
+                msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 st_log_warn("signals consumer error", "%s", rd_kafka_message_errstr(msg));
             rd_kafka_message_destroy(msg);
             msg = NULL;

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "harness.h"
 #include "st_test.h"
 
@@ -119,12 +121,52 @@ static void test_failover(void)
     CU_ASSERT(restarted_ms >= 0 && restarted_ms < 30000);
 }
 
+/* Two processes with one node id: the broker fences the older static member; it says
+ * why in its log and turns unready instead of consuming on as a zombie. */
+static void test_duplicate_node_id_is_reported(void)
+{
+    char errstr[256], group[200], instance[200], topic[200];
+    snprintf(group, sizeof group, "%sexecutor", it_topic_prefix());
+    snprintf(instance, sizeof instance, "executor-executor-0");   /* the main executor's */
+    snprintf(topic, sizeof topic, "%ssignals", it_topic_prefix());
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *settings[][2] = {
+        {"bootstrap.servers", getenv("STRAND_KAFKA_BROKERS")}, {"group.id", group},
+        {"group.instance.id", instance}, {"enable.auto.commit", "false"},
+        {"partition.assignment.strategy", "cooperative-sticky"}, {"session.timeout.ms", "6000"},
+    };
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+        CU_ASSERT_EQUAL(rd_kafka_conf_set(conf, settings[i][0], settings[i][1], errstr,
+                                          sizeof errstr), RD_KAFKA_CONF_OK);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rk);
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *subs = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(subs, topic, RD_KAFKA_PARTITION_UA);
+    CU_ASSERT_EQUAL(rd_kafka_subscribe(rk, subs), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_topic_partition_list_destroy(subs);
+    int unready = 0;
+    double started = now_s();
+    while (!unready && now_s() - started < 40) {
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(rk, 200);
+        if (msg != NULL)
+            rd_kafka_message_destroy(msg);
+        unready = it_http(IT_EXECUTOR, "GET", "/readyz", NULL, NULL) == 503;
+    }
+    printf("\n    duplicate node id: the fenced executor unready after %.1f s\n",
+           now_s() - started);
+    CU_ASSERT_TRUE(unready);
+    rd_kafka_destroy(rk);
+}
+
 int main(void)
 {
     if (!it_init("test_failover"))
         return 1;
     static const it_case_t cases[] = {
         {"two executors under load, one killed -9: a stall of seconds", test_failover},
+        {"two processes with one node id: the fenced one is unready",
+         test_duplicate_node_id_is_reported},
     };
-    return it_run_suite("failover", cases, 1);
+    return it_run_suite("failover", cases, sizeof cases / sizeof cases[0]);
 }

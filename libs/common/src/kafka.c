@@ -169,12 +169,28 @@ void st_kafka_watch_dead_letter_done(st_kafka_watch_t *w, int *held)
     st_metric_set(w->m_stuck, __atomic_sub_fetch(&w->stuck, 1, __ATOMIC_ACQ_REL));
 }
 
+int st_kafka_watch_error(st_kafka_watch_t *w, rd_kafka_t *rk, rd_kafka_resp_err_t err)
+{
+    if (err != RD_KAFKA_RESP_ERR__FATAL)
+        return 0;
+    if (w != NULL && __atomic_exchange_n(&w->fatal, 1, __ATOMIC_ACQ_REL))
+        return 1;   /* logged already */
+    char reason[512] = "";
+    rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, reason, sizeof reason);
+    st_log_error("Kafka consumer stopped by a fatal error",
+                 "group=%s error=%s: %s; if another process uses the same STRAND_NODE_ID,"
+                 " give each replica its own and restart this one",
+                 w ? w->group : "?", rd_kafka_err2name(cause), reason);
+    return 1;
+}
+
 int st_kafka_watch_ready(const st_kafka_watch_t *w)
 {
     if (w == NULL)
         return 1;
     long long age = mono_ms() - __atomic_load_n(&w->last_poll_ms, __ATOMIC_ACQUIRE);
-    return !__atomic_load_n(&w->stuck, __ATOMIC_ACQUIRE) && age <= w->poll_limit_ms;
+    return !__atomic_load_n(&w->stuck, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&w->fatal, __ATOMIC_ACQUIRE) && age <= w->poll_limit_ms;
 }
 
 static const char *const LAG_HELP =

@@ -56,6 +56,7 @@ typedef struct {
     int poll_limit_ms;
     long long last_poll_ms;        /* atomic */
     int stuck;                     /* atomic: threads holding a message they cannot dead-letter */
+    int fatal;                     /* atomic: the client hit a fatal error (e.g. fenced) */
     rd_kafka_t *rk;                /* set by st_kafka_consumer_new() */
     st_metric_t *m_stuck, *m_dl_failures, *m_poll_age;
     /* Lag thread only: the partitions last reported, so that one that moved away is
@@ -74,7 +75,13 @@ void st_kafka_watch_polled(st_kafka_watch_t *w);
 void st_kafka_watch_dead_letter_failed(st_kafka_watch_t *w, int *held);
 /* Clears the thread's stuck mark (if `*held`) once its dead letter was written. */
 void st_kafka_watch_dead_letter_done(st_kafka_watch_t *w, int *held);
-/* True unless the loop is stuck or has not polled within STRAND_CONSUMER_POLL_LIMIT_MS. */
+/* Records a consumer error event (a message with err set): a fatal one (static member
+ * fenced by another process with the same group.instance.id) is logged with its cause
+ * and makes the loop unready for good; others are left to the caller. Returns 1 if
+ * it was fatal. */
+int st_kafka_watch_error(st_kafka_watch_t *w, rd_kafka_t *rk, rd_kafka_resp_err_t err);
+/* True unless the loop is stuck, has hit a fatal error, or has not polled within
+ * STRAND_CONSUMER_POLL_LIMIT_MS. */
 int st_kafka_watch_ready(const st_kafka_watch_t *w);
 
 /* Optional consumer hooks; any member may be NULL. */
