@@ -416,8 +416,10 @@ void st_kafka_consumer_free(rd_kafka_t *rk)
     watch_remove(rk);
     /* librdkafka 2.0 can hang in rd_kafka_consumer_close() when a cooperative
      * assignment arrives while it closes (librdkafka issue 4527): unsubscribe and let
-     * the revocation run first, for a bounded time. Messages polled here are dropped
-     * uncommitted and redelivered to the next owner. */
+     * the revocation run first, for a bounded time. Unsubscribing is also what makes a
+     * dynamic (non-static) cooperative member leave the group at once; close alone
+     * does not in 2.0. Messages polled here are dropped uncommitted and redelivered to
+     * the next owner. */
     rd_kafka_unsubscribe(rk);
     for (int i = 0; i < 50; i++) {
         rd_kafka_topic_partition_list_t *parts = NULL;
