@@ -12,7 +12,8 @@
  * signal type and a payload that is not JSON. Then a dead-letter write that fails (a
  * trigger on strand.dead_letters): the consumer turns unready, strand_consumer_stuck
  * and the partition's broker-side lag rise, and once the trigger is gone everything
- * moves on. Reading dead letters takes the operator role.
+ * moves on. A command that answers 5xx on every delivery is dead-lettered after
+ * STRAND_MAX_ATTEMPTS. Reading dead letters takes the operator role.
  */
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -380,6 +381,36 @@ static void test_dead_letter_write_fails(void)
     CU_ASSERT_EQUAL(metric(IT_API, series), 0);
 }
 
+/* A command that answers 5xx on every delivery (here a trigger makes its insert fail)
+ * is dead-lettered after STRAND_MAX_ATTEMPTS (3) and the command behind it completes. */
+static void test_command_failing_every_time(void)
+{
+    CU_ASSERT_PTR_NOT_NULL_FATAL(producer);
+    CU_ASSERT_FATAL(it_sql_number(
+        "CREATE OR REPLACE FUNCTION strand.poison_test_fail() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'instance refused by the test'; END$$;"
+        " CREATE TRIGGER poison_test_fail BEFORE INSERT ON strand.instances FOR EACH ROW"
+        " WHEN (NEW.business_ref = 'poison-5xx') EXECUTE FUNCTION strand.poison_test_fail();"
+        " SELECT 1") == 1);
+    char args[256], sql[512];
+    snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"poison-5xx\"}", flow);
+    CU_ASSERT(produce_command(2, 1, STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_ADMIN, args));
+    snprintf(args, sizeof args,
+             "{\"definition\":\"%s\",\"business_ref\":\"poison-after-5xx\",\"input\":{\"name\":\"a\"}}",
+             flow);
+    CU_ASSERT(produce_command(2, 1, STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_ADMIN, args));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND business_ref = 'poison-after-5xx' AND status = 'completed'", flow);
+    long long done = it_wait_number(sql, 1, 60);
+    printf("\n    ingress: the command behind a 5xx one completed: %lld\n", done);
+    CU_ASSERT_EQUAL(done, 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic ="
+             " '%singress' AND attempts = 3 AND reason LIKE '%%failed 3 times%%'", it_topic_prefix());
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_fail ON strand.instances;"
+                            " DROP FUNCTION strand.poison_test_fail(); SELECT 1") == 1);
+}
+
 /* Reading dead letters takes the operator role; the letter an operator reads has no
  * token in it. */
 static void test_dead_letter_access(void)
@@ -417,6 +448,7 @@ int main(void)
         {"ingress: poison on every partition, then valid commands", test_ingress_poison},
         {"signals: poison on every partition, then instances", test_signals_poison},
         {"a failing dead-letter write: unready, stuck, lag; recovers", test_dead_letter_write_fails},
+        {"ingress: a command answering 5xx every time is dead-lettered", test_command_failing_every_time},
         {"dead letters: operator role, no token", test_dead_letter_access},
     };
     int rc = it_run_suite("poison", cases, sizeof cases / sizeof cases[0]);
