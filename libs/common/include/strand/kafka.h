@@ -40,7 +40,7 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
 /*
  * The health of one consumer loop (/readyz, metrics). The loop's thread marks every
  * poll with st_kafka_watch_polled() and reports a message it could not even
- * dead-letter with st_kafka_watch_stuck(); a process-wide thread asks the broker, every
+ * dead-letter with st_kafka_watch_dead_letter_failed(); a process-wide thread asks the broker, every
  * STRAND_KAFKA_LAG_INTERVAL_MS, for each assigned partition's high watermark and the
  * group's committed offset, so the lag it exports keeps growing while the loop is stuck
  * (librdkafka's own statistics are served by the poll that a stuck loop no longer
@@ -104,7 +104,8 @@ typedef struct {
  * move after that), and, when STRAND_NODE_ID is set, static membership with
  * group.instance.id = "<service>-<node id>" (a restarted replica takes its own partitions
  * back without a rebalance; two live replicas must never share a node id). `opts` may be
- * NULL. Caller frees with st_kafka_consumer_free(). */
+ * NULL. Caller frees with st_kafka_consumer_free() (without a watch,
+ * rd_kafka_consumer_close() and rd_kafka_destroy() do too). */
 st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
                                const char *const *topics, const st_kafka_consumer_opts_t *opts,
                                rd_kafka_t **out, st_errbuf_t *eb);
