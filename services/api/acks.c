@@ -57,6 +57,10 @@ static const char *optional_string(const json_t *args, const char *key, int *bad
     return json_string_value(v);
 }
 
+/* The last millisecond of 9999-12-31 UTC: later instants are out of PostgreSQL's
+ * timestamp range (and of any sensible retry). */
+#define MAX_RETRY_AT_MS 253402300799999LL
+
 /* {ack_guid, consumer, stage: delivered|processed, outcome?: ok|failed, message?, error?,
  *  retry_at_ms?, result?} */
 void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
@@ -82,8 +86,10 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
     else if (outcome == NULL || (strcmp(outcome, "ok") != 0 && strcmp(outcome, "failed") != 0))
         field = "/outcome", problem = "outcome must be ok or failed";
     else if (retry != NULL && !json_is_null(retry) &&
-             (!json_is_integer(retry) || json_integer_value(retry) <= 0))
-        field = "/retry_at_ms", problem = "retry_at_ms must be a positive integer (ms since the epoch)";
+             (!json_is_integer(retry) || json_integer_value(retry) <= 0 ||
+              json_integer_value(retry) > MAX_RETRY_AT_MS))
+        field = "/retry_at_ms", problem = "retry_at_ms must be a positive integer (ms since the "
+                                          "epoch) no later than 9999-12-31";
     else if (result != NULL && !json_is_null(result) && !json_is_object(result))
         field = "/result", problem = "result must be a JSON object";
     else if (bad_text)

@@ -4,6 +4,9 @@
  * Replay puts the original message back on its topic through the outbox (one
  * transaction: outbox row + status 'replayed'); discard only marks it. Both refuse a
  * letter that is no longer open (409), so a replay happens at most once.
+ *
+ * Access: a dead letter holds the refused message itself, so reading letters takes the
+ * role "operator" (or "admin"); replay and discard take "admin".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,8 @@ static int parse_id(st_http_req_t *req, const char *text)
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
+    if (!st_api_require_role(api, req, "operator"))
+        return;
     const char *status = st_http_query(req, "status");
     const char *cursor = st_http_query(req, "cursor");
     st_answer_t answer = {0};
@@ -100,6 +105,8 @@ static void handle_list(st_http_req_t *req, void *ctx)
 static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
+    if (!st_api_require_role(api, req, "operator"))
+        return;
     const char *id = st_http_param(req, "id");
     if (!parse_id(req, id))
         return;

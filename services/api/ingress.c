@@ -22,6 +22,7 @@ struct st_ingress {
     PGconn *conn;
     const st_auth_t *auth;  /* borrowed from the API */
     int pg_up, kafka_up;   /* atomics */
+    st_kafka_watch_t watch; /* last poll, stuck, lag */
     st_metric_t *m_accepted, *m_rejected;
 };
 
@@ -61,22 +62,22 @@ static int ensure_pg(st_ingress_t *ing)
     return ok;
 }
 
-/* Records a refused message: notice + dead letter, one transaction. */
+/* Records a refused message: notice + dead letter, one transaction. `stored` is what
+ * the dead letter keeps (credentials already stripped). */
 static st_err_t reject(st_ingress_t *ing, const rd_kafka_message_t *msg, const char *target,
-                       const json_t *problem, st_errbuf_t *eb)
+                       const char *reason, const json_t *problem, const void *stored,
+                       size_t stored_len, int attempts, st_errbuf_t *eb)
 {
-    const char *message = json_string_value(json_object_get(problem, "message"));
     if (target == NULL)   /* a refusal that names its instance (a trigger after the final state) */
         target = json_string_value(json_object_get(problem, "instance_id"));
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset,
                                    target};
     st_err_t err = st_pg_begin(ing->conn, eb);
     if (err == ST_OK)
-        err = st_notice_add_tx(ing->conn, "IngressRejected", target, NULL,
-                               message ? message : "refused", problem, eb);
+        err = st_notice_add_tx(ing->conn, "IngressRejected", target, NULL, reason, problem, eb);
     if (err == ST_OK)
-        err = st_dead_letter_add_tx(ing->conn, &src, message ? message : "refused", 1,
-                                    ing->svc->cfg.node_id, msg->payload, msg->len, eb);
+        err = st_dead_letter_add_tx(ing->conn, &src, reason, attempts, ing->svc->cfg.node_id,
+                                    stored, stored_len, eb);
     if (err == ST_OK)
         err = st_pg_commit(ing->conn, eb);
     if (err != ST_OK)
@@ -86,69 +87,147 @@ static st_err_t reject(st_ingress_t *ing, const rd_kafka_message_t *msg, const c
     return err;
 }
 
+/* What one delivery of a message came to. */
+typedef struct {
+    st_answer_t answer;
+    char target[64];
+    uint8_t *stored;      /* the envelope re-encoded without its token; NULL: keep raw */
+    size_t stored_len;
+} attempt_t;
+
+/* Decodes and runs the command once. An oversized message is refused unread; a decoded
+ * one is re-encoded without its bearer token into a->stored, for a dead letter. */
+static void run_once(st_ingress_t *ing, const rd_kafka_message_t *msg, attempt_t *a)
+{
+    size_t limit = (size_t)ing->svc->cfg.max_body_bytes;
+    if (msg->len > limit) {
+        char text[160];
+        snprintf(text, sizeof text, "the message has %zu bytes, more than the limit of %zu",
+                 msg->len, limit);
+        st_answer_problem(&a->answer, 413, "message_too_large", text, NULL, NULL);
+        free(a->stored);
+        a->stored = calloc(1, 1);   /* unread, so kept empty: it may hold a token */
+        a->stored_len = 0;
+        return;
+    }
+    st_principal_t who;
+    Strand__V1__IngressCommand *cmd =
+        msg->len ? strand__v1__ingress_command__unpack(NULL, msg->len, msg->payload) : NULL;
+    st_cmd_fn fn = cmd ? command_for(cmd->type) : NULL;
+    json_t *args = NULL;
+    json_error_t jerr;
+    if (cmd == NULL)
+        st_answer_problem(&a->answer, 400, "invalid_message",
+                          msg->payload == NULL ? "the message has no value (a tombstone)"
+                          : msg->len == 0     ? "the message is empty"
+                                              : "the message is not a strand.v1.IngressCommand",
+                          NULL, NULL);
+    else if (cmd->envelope_version != 1)
+        st_answer_problem(&a->answer, 400, "invalid_message", "unknown envelope version",
+                          "/envelope_version", NULL);
+    else if (fn == NULL)
+        st_answer_problem(&a->answer, 400, "invalid_message", "unknown command type", "/type",
+                          NULL);
+    else if ((args = cmd->args.len ? json_loadb((const char *)cmd->args.data, cmd->args.len,
+                                                JSON_REJECT_DUPLICATES, &jerr)
+                                   : json_object()) == NULL ||
+             !json_is_object(args))
+        st_answer_problem(&a->answer, 400, "invalid_json", "args must be a JSON object", "/args",
+                          NULL);
+    else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
+        st_answer_problem(&a->answer, 401, "unauthenticated",
+                          "the command's token is missing or not known", "/token", NULL);
+    else
+        fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &a->answer);
+    json_decref(args);
+    if (cmd == NULL)
+        return;
+    snprintf(a->target, sizeof a->target, "%s", cmd->target_id);
+    /* The credential never reaches a dead letter, the dlq topic or a log. */
+    free(a->stored);
+    char *token = cmd->token;
+    cmd->token = "";
+    a->stored_len = strand__v1__ingress_command__get_packed_size(cmd);
+    a->stored = malloc(a->stored_len ? a->stored_len : 1);
+    if (a->stored != NULL)
+        strand__v1__ingress_command__pack(cmd, a->stored);
+    else
+        a->stored_len = 0;
+    cmd->token = token;
+    strand__v1__ingress_command__free_unpacked(cmd, NULL);
+}
+
+/* Sleeps `*backoff_ms` (in slices, so a stop is seen) and doubles it up to 5 s. */
+static void backoff_sleep(st_ingress_t *ing, int *backoff_ms)
+{
+    for (int waited = 0; waited < *backoff_ms && !st_service_stopping(ing->svc); waited += 50)
+        poll(NULL, 0, 50);
+    *backoff_ms = *backoff_ms < 5000 ? *backoff_ms * 2 : 5000;
+}
+
 /* Runs one message to an outcome that allows committing its offset; returns 0 if the
- * service stopped first. */
+ * service stopped first. 2xx: done. 4xx, or 5xx on STRAND_MAX_ATTEMPTS deliveries with
+ * PostgreSQL up: a dead letter and a notice. A dead-letter write that fails is retried
+ * with backoff while the consumer reports itself stuck (unready, metric). */
 static int handle(st_ingress_t *ing, const rd_kafka_message_t *msg)
 {
-    int backoff_ms = 100;
+    int backoff_ms = 100, attempts = 0, done = 0, held = 0;
+    attempt_t a = {0};
+    char reason[512] = "";
+    /* Phase 1: the command itself. */
     while (!st_service_stopping(ing->svc)) {
         if (!ensure_pg(ing)) {
-            poll(NULL, 0, backoff_ms);
-            backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
+            backoff_sleep(ing, &backoff_ms);
             continue;
         }
-        st_answer_t answer = {0};
-        st_principal_t who;
-        char target[64] = "";
-        Strand__V1__IngressCommand *cmd =
-            strand__v1__ingress_command__unpack(NULL, msg->len, msg->payload);
-        st_cmd_fn fn = cmd ? command_for(cmd->type) : NULL;
-        json_t *args = NULL;
-        json_error_t jerr;
-        if (cmd == NULL)
-            st_answer_problem(&answer, 400, "invalid_message",
-                              "the message is not a strand.v1.IngressCommand", NULL, NULL);
-        else if (cmd->envelope_version != 1)
-            st_answer_problem(&answer, 400, "invalid_message", "unknown envelope version",
-                              "/envelope_version", NULL);
-        else if (fn == NULL)
-            st_answer_problem(&answer, 400, "invalid_message", "unknown command type", "/type",
-                              NULL);
-        else if ((args = cmd->args.len ? json_loadb((const char *)cmd->args.data, cmd->args.len,
-                                                    JSON_REJECT_DUPLICATES, &jerr)
-                                       : json_object()) == NULL ||
-                 !json_is_object(args))
-            st_answer_problem(&answer, 400, "invalid_json", "args must be a JSON object", "/args",
-                              NULL);
-        else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
-            st_answer_problem(&answer, 401, "unauthenticated",
-                              "the command's token is missing or not known", "/token", NULL);
-        else
-            fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &answer);
-        if (cmd != NULL)
-            snprintf(target, sizeof target, "%s", cmd->target_id);
-        json_decref(args);
-        if (cmd != NULL)
-            strand__v1__ingress_command__free_unpacked(cmd, NULL);
-        int status = answer.status;
-        int done = 0;
+        st_answer_close(&a.answer);
+        memset(&a.answer, 0, sizeof a.answer);
+        run_once(ing, msg, &a);
+        attempts++;
+        int status = a.answer.status;
+        const char *message = json_string_value(json_object_get(a.answer.body, "message"));
         if (status >= 200 && status < 300) {
             st_metric_inc(ing->m_accepted);
             done = 1;
-        } else if (status >= 400 && status < 500) {
-            st_errbuf_t eb;
-            if (reject(ing, msg, target[0] ? target : NULL, answer.body, &eb) == ST_OK)
-                done = 1;
-            else
-                st_log_warn("could not record a refused ingress command", "%s", eb.msg);
+            break;
         }
-        st_answer_close(&answer);
-        if (done)
-            return 1;
-        poll(NULL, 0, backoff_ms);   /* 5xx: PostgreSQL trouble; the same message again */
-        backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
+        if (status >= 400 && status < 500) {
+            snprintf(reason, sizeof reason, "%s", message ? message : "refused");
+            break;
+        }
+        if (attempts >= ing->svc->cfg.max_attempts) {
+            snprintf(reason, sizeof reason, "the command failed %d times (status %d): %s",
+                     attempts, status, message ? message : "no message");
+            break;
+        }
+        st_log_warn("ingress command failed, will retry", "topic=%s partition=%d offset=%lld "
+                    "attempt=%d status=%d", rd_kafka_topic_name(msg->rkt), (int)msg->partition,
+                    (long long)msg->offset, attempts, status);
+        backoff_sleep(ing, &backoff_ms);
     }
-    return 0;
+    /* Phase 2: the dead letter, however long it takes; the offset waits for it. */
+    backoff_ms = 100;
+    while (!done && reason[0] != '\0' && !st_service_stopping(ing->svc)) {
+        st_errbuf_t eb;
+        if (ensure_pg(ing) &&
+            reject(ing, msg, a.target[0] ? a.target : NULL, reason, a.answer.body,
+                   a.stored ? (const void *)a.stored : msg->payload,
+                   a.stored ? a.stored_len : msg->len, attempts, &eb) == ST_OK) {
+            st_kafka_watch_dead_letter_done(&ing->watch, &held);
+            done = 1;
+            break;
+        }
+        st_kafka_watch_dead_letter_failed(&ing->watch, &held);
+        st_log_error("could not record a refused ingress command, will retry",
+                     "topic=%s partition=%d offset=%lld: %s", rd_kafka_topic_name(msg->rkt),
+                     (int)msg->partition, (long long)msg->offset,
+                     ing->conn ? eb.msg : "no PostgreSQL connection");
+        backoff_sleep(ing, &backoff_ms);
+    }
+    st_kafka_watch_dead_letter_done(&ing->watch, &held);   /* stopped while stuck */
+    st_answer_close(&a.answer);
+    free(a.stored);
+    return done;
 }
 
 static void *ingress_main(void *arg)
@@ -157,12 +236,14 @@ static void *ingress_main(void *arg)
     ensure_pg(ing);
     while (!st_service_stopping(ing->svc)) {
         rd_kafka_message_t *msg = rd_kafka_consumer_poll(ing->consumer, 200);
+        st_kafka_watch_polled(&ing->watch);
         if (msg == NULL)
             continue;
         if (msg->err) {
             if (msg->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 __atomic_store_n(&ing->kafka_up, 0, __ATOMIC_RELEASE);
-            else if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            else if (!st_kafka_watch_error(&ing->watch, ing->consumer, msg->err) &&
+                     msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 st_log_warn("ingress consumer error", "%s", rd_kafka_message_errstr(msg));
         } else {
             __atomic_store_n(&ing->kafka_up, 1, __ATOMIC_RELEASE);
@@ -189,14 +270,16 @@ st_err_t st_ingress_start(st_service_t *svc, const st_auth_t *auth, st_ingress_t
     char group[128];
     snprintf(group, sizeof group, "%singress", svc->cfg.topic_prefix);
     static const char *const topics[] = {ST_TOPIC_INGRESS, NULL};
-    st_err_t err = st_kafka_consumer_new(&svc->cfg, group, topics, NULL, &ing->consumer, eb);
+    st_kafka_watch_init(&ing->watch, &svc->cfg, group);
+    st_kafka_consumer_opts_t opts = {.watch = &ing->watch};
+    st_err_t err = st_kafka_consumer_new(&svc->cfg, group, topics, &opts, &ing->consumer, eb);
     if (err != ST_OK) {
         free(ing);
         return err;
     }
     __atomic_store_n(&ing->kafka_up, st_kafka_connected(ing->consumer), __ATOMIC_RELEASE);
     if (pthread_create(&ing->thread, NULL, ingress_main, ing) != 0) {
-        rd_kafka_destroy(ing->consumer);
+        st_kafka_consumer_free(ing->consumer);
         free(ing);
         return st_err_set(eb, ST_ERR_INTERNAL, "could not start the ingress thread");
     }
@@ -209,8 +292,7 @@ void st_ingress_stop(st_ingress_t *ing)
     if (ing == NULL)
         return;
     pthread_join(ing->thread, NULL);
-    rd_kafka_consumer_close(ing->consumer);
-    rd_kafka_destroy(ing->consumer);
+    st_kafka_consumer_free(ing->consumer);
     if (ing->conn != NULL)
         PQfinish(ing->conn);
     free(ing);
@@ -219,5 +301,5 @@ void st_ingress_stop(st_ingress_t *ing)
 int st_ingress_ready(const st_ingress_t *ing)
 {
     return ing != NULL && __atomic_load_n(&ing->pg_up, __ATOMIC_ACQUIRE) &&
-           __atomic_load_n(&ing->kafka_up, __ATOMIC_ACQUIRE);
+           __atomic_load_n(&ing->kafka_up, __ATOMIC_ACQUIRE) && st_kafka_watch_ready(&ing->watch);
 }

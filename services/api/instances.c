@@ -5,6 +5,7 @@
  * instance projection, its empty runtime state (version 0) and a START signal in the
  * outbox. The executor runs it; nothing here runs a step.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,8 +277,9 @@ static int parse_start(st_answer_t *out, const json_t *body, const char **defini
     if (!json_is_string(def) || json_string_length(def) == 0)
         field = "/definition", message = "definition must be a non-empty string";
     else if (ver != NULL && !json_is_null(ver) &&
-             (!json_is_integer(ver) || json_integer_value(ver) <= 0))
-        field = "/version", message = "version must be a positive integer";
+             (!json_is_integer(ver) || json_integer_value(ver) <= 0 ||
+              json_integer_value(ver) > INT32_MAX))
+        field = "/version", message = "version must be a positive integer of at most 2147483647";
     else if (in != NULL && !json_is_null(in) && !json_is_object(in))
         field = "/input", message = "input must be a JSON object";
     else if (ref != NULL && !json_is_null(ref) &&

@@ -17,6 +17,7 @@
  *     timeline and emits the work events.
  * A refused trigger claims nothing: the same request, repeated, is refused again.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,14 +85,15 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
     if (field == NULL && request_id == NULL)
         field = "/request_id";
     if (field == NULL && version != NULL && !json_is_null(version) &&
-        (!json_is_integer(version) || json_integer_value(version) < 1))
+        (!json_is_integer(version) || json_integer_value(version) < 1 ||
+         json_integer_value(version) > INT32_MAX))
         field = "/version";
     if (field == NULL && payload != NULL && !json_is_null(payload) && !json_is_object(payload))
         field = "/payload";
     if (field != NULL || bad) {
         st_answer_problem(out, 400, "invalid_field",
                           "definition, external_ref, event and request_id are required strings;"
-                          " version is a positive integer; payload an object",
+                          " version is a positive integer of at most 2147483647; payload an object",
                           field ? field : "", NULL);
         return;
     }

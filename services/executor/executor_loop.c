@@ -14,12 +14,15 @@
  * offset back and is redelivered. Commits go out at most every
  * STRAND_EXECUTOR_COMMIT_INTERVAL_MS (each is a write on the broker); a crash replays
  * at most that interval's signals, which the duplicate check drops. On a revoke the
- * consumer waits for the workers to drain, commits, then lets the partitions go.
+ * consumer waits for the workers to drain, commits, then lets the partitions go
+ * (cooperative-sticky: only the partitions that move; see st_kafka_consumer_new()).
  *
  * Per message: decode -> wake-up transaction -> done. A retryable failure (PostgreSQL
  * down) retries the same message with backoff, never skipping it; a permanent failure
  * retries up to STRAND_MAX_ATTEMPTS times, then moves the message to the dead-letter
- * store in one transaction.
+ * store in one transaction; a null, empty or undecodable message goes there at once. A
+ * dead letter that cannot be written is retried with backoff while the worker counts as
+ * stuck (/readyz "signals_consumer" down, strand_consumer_stuck).
  */
 #include "executor.h"
 
@@ -63,6 +66,7 @@ typedef struct worker {
     PGconn *conn;
     st_defcache_t *cache;
     st_hint_t *hint;                 /* optional Redis wake hints */
+    int stuck;                       /* holds a message it could not dead-letter */
 } worker_t;
 
 struct st_executor {
@@ -74,6 +78,7 @@ struct st_executor {
     partition_track_t *parts;        /* consumer thread only */
     int nparts, cap_parts;
     int pg_up, kafka_up;             /* atomics, for /readyz */
+    st_kafka_watch_t watch;          /* last poll, stuck workers, lag */
     st_metric_t *m_applied, *m_dropped, *m_duration, *m_errors, *m_inflight;
 };
 
@@ -110,7 +115,8 @@ static int ensure_pg(worker_t *w)
 
 /* Dead-letters a message in its own transaction; with `sig` (a decoded signal whose
  * wake-up failed with `cause`) its instance's last_error says so in the same
- * transaction. Returns ST_OK once recorded. */
+ * transaction. Returns ST_OK once recorded; a failure marks the worker stuck (unready,
+ * strand_consumer_stuck) until one succeeds. */
 static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st_signal_t *sig,
                             st_err_t cause, const char *instance_id, const char *reason,
                             int attempts)
@@ -128,8 +134,12 @@ static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st
         err = st_pg_commit(w->conn, &eb);
     if (err != ST_OK) {
         st_pg_rollback(w->conn);
-        st_log_error("could not record a dead letter", "%s", eb.msg);
+        st_kafka_watch_dead_letter_failed(&w->ex->watch, &w->stuck);
+        st_log_error("could not record a dead letter, will retry",
+                     "topic=%s partition=%d offset=%lld: %s", src.topic, src.partition,
+                     (long long)src.offset, eb.msg);
     } else {
+        st_kafka_watch_dead_letter_done(&w->ex->watch, &w->stuck);
         st_log_warn("message moved to the dead-letter store",
                     "topic=%s partition=%d offset=%lld reason=%s", src.topic, src.partition,
                     (long long)src.offset, reason);
@@ -145,13 +155,24 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
     st_signal_t sig;
     st_errbuf_t eb;
     int backoff_ms = 100;
-    if (st_signal_decode(msg->payload, msg->len, &sig, &eb) != ST_OK) {
+    /* A signal carries at most a request body (STRAND_HTTP_MAX_BODY) plus its envelope. */
+    size_t limit = (size_t)ex->svc->cfg.max_body_bytes + 64 * 1024;
+    st_err_t decoded = ST_ERR_INVALID;
+    if (msg->len > limit)
+        st_err_set(&eb, ST_ERR_INVALID, "the message has %zu bytes, more than the limit of %zu",
+                   msg->len, limit);
+    else if (msg->payload == NULL)
+        st_err_set(&eb, ST_ERR_INVALID, "the message has no value (a tombstone)");
+    else
+        decoded = st_signal_decode(msg->payload, msg->len, &sig, &eb);
+    if (decoded != ST_OK) {
         /* Malformed: retrying cannot help. */
         while (!stopping(ex)) {
             if (ensure_pg(w) && dead_letter(w, msg, NULL, ST_OK, NULL, eb.msg, 1) == ST_OK)
                 return 1;
             backoff_sleep(ex, &backoff_ms);
         }
+        st_kafka_watch_dead_letter_done(&ex->watch, &w->stuck);   /* stopped while stuck */
         return 0;
     }
     int attempts = 0;
@@ -195,6 +216,7 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
         st_wakeup_failed(w->conn, &sig, err, eb.msg, attempts);   /* last_error, then retry */
         backoff_sleep(ex, &backoff_ms);
     }
+    st_kafka_watch_dead_letter_done(&ex->watch, &w->stuck);
     st_signal_close(&sig);
     return commit;
 }
@@ -322,21 +344,72 @@ static void commit_done(st_executor_t *ex, int sync, int forget)
     st_metric_set(ex->m_inflight, (double)inflight);
 }
 
+/* Drops the tracking of partitions that left this member (all done after a drain,
+ * unless stopping: then they are redelivered to the next owner). */
+static void forget_partitions(st_executor_t *ex, const rd_kafka_topic_partition_list_t *gone)
+{
+    for (int i = 0; i < ex->nparts; i++) {
+        partition_track_t *t = &ex->parts[i];
+        int revoked = 0;
+        for (int j = 0; j < gone->cnt && !revoked; j++)
+            revoked = gone->elems[j].partition == t->partition;
+        if (!revoked)
+            continue;
+        while (t->head != NULL) {
+            inflight_t *item = t->head;
+            t->head = item->next;
+            rd_kafka_message_destroy(item->msg);
+            free(item);
+        }
+        t->tail = NULL;
+    }
+}
+
+/* Cooperative (the default): only the partitions that move are revoked, the others
+ * keep being consumed through the rebalance. Eager (an operator's override): all are
+ * revoked and the whole assignment is replaced. */
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *partitions, void *opaque)
 {
     st_executor_t *ex = opaque;
+    int eager = st_kafka_rebalance_protocol_eager(rk);
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        st_log_info("partitions assigned", "count=%d", partitions->cnt);
-        rd_kafka_assign(rk, partitions);
+        st_log_info("partitions assigned", "count=%d protocol=%s", partitions->cnt,
+                    eager ? "eager" : "cooperative");
+        rd_kafka_error_t *error = NULL;
+        if (eager)
+            rd_kafka_assign(rk, partitions);
+        else
+            error = rd_kafka_incremental_assign(rk, partitions);
+        if (error != NULL) {
+            st_log_error("could not take assigned partitions", "%s",
+                         rd_kafka_error_string(error));
+            rd_kafka_error_destroy(error);
+        }
         __atomic_store_n(&ex->kafka_up, 1, __ATOMIC_RELEASE);
         return;
     }
-    /* Revoke: let the work in hand finish and commit before the partitions move. */
-    st_log_info("partitions revoked", "count=%d", partitions->cnt);
+    /* Revoke (or lost): let the work in hand finish and commit before the partitions
+     * move. A lost assignment may already belong to another member: its commit is
+     * asynchronous (it may fail), and the new owner's duplicate check drops what is
+     * replayed. */
+    st_log_info("partitions revoked", "count=%d protocol=%s", partitions->cnt,
+                eager ? "eager" : "cooperative");
     drain_workers(ex);
-    commit_done(ex, 1, 1);
-    rd_kafka_assign(rk, NULL);
+    /* A lost assignment (session timed out) has no generation to commit under. */
+    int lost = rd_kafka_assignment_lost(rk);
+    commit_done(ex, !lost, 0);
+    forget_partitions(ex, partitions);
+    if (eager) {
+        rd_kafka_assign(rk, NULL);
+    } else {
+        rd_kafka_error_t *error = rd_kafka_incremental_unassign(rk, partitions);
+        if (error != NULL) {
+            st_log_error("could not release revoked partitions", "%s",
+                         rd_kafka_error_string(error));
+            rd_kafka_error_destroy(error);
+        }
+    }
 }
 
 /* ---- the consumer thread --------------------------------------------------------- */
@@ -347,10 +420,12 @@ static void *consumer_main(void *arg)
     long long last_commit = st_now_ms();
     while (!stopping(ex)) {
         rd_kafka_message_t *msg = rd_kafka_consumer_poll(ex->consumer, 100);
+        st_kafka_watch_polled(&ex->watch);
         if (msg != NULL && msg->err) {
             if (msg->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
                 __atomic_store_n(&ex->kafka_up, 0, __ATOMIC_RELEASE);
-            if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            if (!st_kafka_watch_error(&ex->watch, ex->consumer, msg->err) &&
+                msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 st_log_warn("signals consumer error", "%s", rd_kafka_message_errstr(msg));
             rd_kafka_message_destroy(msg);
             msg = NULL;
@@ -397,6 +472,14 @@ static int kafka_ready(void *ctx)
 {
     st_executor_t *ex = ctx;
     return __atomic_load_n(&ex->kafka_up, __ATOMIC_ACQUIRE);
+}
+
+/* The consumer thread polled within STRAND_CONSUMER_POLL_LIMIT_MS and no worker holds a
+ * message it cannot dead-letter. */
+static int consumer_ready(void *ctx)
+{
+    st_executor_t *ex = ctx;
+    return st_kafka_watch_ready(&ex->watch);
 }
 
 static void free_executor(st_executor_t *ex)
@@ -446,7 +529,9 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     char group[128];
     snprintf(group, sizeof group, "%sexecutor", svc->cfg.topic_prefix);
     static const char *const topics[] = {ST_TOPIC_SIGNALS, NULL};
-    st_kafka_consumer_opts_t opts = {.on_rebalance = on_rebalance, .opaque = ex};
+    st_kafka_watch_init(&ex->watch, &svc->cfg, group);
+    st_kafka_consumer_opts_t opts = {.on_rebalance = on_rebalance, .opaque = ex,
+                                     .watch = &ex->watch};
     st_err_t err = st_kafka_consumer_new(&svc->cfg, group, topics, &opts, &ex->consumer, eb);
     if (err != ST_OK) {
         free_executor(ex);
@@ -457,6 +542,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     __atomic_store_n(&ex->kafka_up, st_kafka_connected(ex->consumer), __ATOMIC_RELEASE);
     st_service_add_ready(svc, "postgres", pg_ready, ex);
     st_service_add_ready(svc, "kafka", kafka_ready, ex);
+    st_service_add_ready(svc, "signals_consumer", consumer_ready, ex);
     int started = 0;
     for (; started < ex->nworkers; started++)
         if (pthread_create(&ex->workers[started].thread, NULL, worker_main,
@@ -471,7 +557,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
             pthread_mutex_unlock(&ex->workers[i].lock);
             pthread_join(ex->workers[i].thread, NULL);
         }
-        rd_kafka_destroy(ex->consumer);
+        st_kafka_consumer_free(ex->consumer);
         free_executor(ex);
         return st_err_set(eb, ST_ERR_INTERNAL, "could not start the executor threads");
     }
@@ -484,7 +570,6 @@ void st_executor_stop(st_executor_t *ex)
     if (ex == NULL)
         return;
     pthread_join(ex->thread, NULL);
-    rd_kafka_consumer_close(ex->consumer);
-    rd_kafka_destroy(ex->consumer);
+    st_kafka_consumer_free(ex->consumer);
     free_executor(ex);
 }

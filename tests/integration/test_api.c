@@ -597,7 +597,8 @@ static void test_authorisation_matrix(void)
         {"GET", "/v1/schema/definition", NULL, {200, 200, 200}},
         {"GET", inst, NULL, {200, 200, 200}},
         {"GET", "/v1/tasks?role=approver", NULL, {200, 200, 200}},
-        {"GET", "/v1/dead-letters", NULL, {200, 200, 200}},
+        /* operator (or admin) only: a letter holds the refused message */
+        {"GET", "/v1/dead-letters", NULL, {403, 403, 200}},
         /* admin-only operations */
         {"POST", terminate, "{}", {403, 403, 404}},
         {"POST", "/v1/dead-letters/999999999/replay", "{}", {403, 403, 409}},
@@ -770,14 +771,16 @@ static void test_dead_letters_acks_triggers(void)
     CU_ASSERT_FATAL(dl > 0);
     char path[128];
     json_t *a = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/dead-letters?status=open", NULL, &a), 200);
+    expect_problem(T_CAROL, "GET", "/v1/dead-letters?status=open", NULL, 403, "forbidden", NULL);
+    CU_ASSERT_EQUAL(req(T_ADMIN, "GET", "/v1/dead-letters?status=open", NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 1);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld", dl);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    expect_problem(T_CAROL, "GET", path, NULL, 403, "forbidden", NULL);
+    CU_ASSERT_EQUAL(req(T_ADMIN, "GET", path, NULL, &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "payload_base64")) ?: "", "AQI=");
     json_decref(a);
-    expect_problem(T_CAROL, "GET", "/v1/dead-letters/999999999", NULL, 404, "dead_letter_not_found", NULL);
+    expect_problem(T_ADMIN, "GET", "/v1/dead-letters/999999999", NULL, 404, "dead_letter_not_found", NULL);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld/discard", dl);
     expect_problem(T_ALICE, "POST", path, "{}", 403, "forbidden", NULL);
     CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 200);

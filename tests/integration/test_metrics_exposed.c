@@ -198,6 +198,18 @@ static void test_workload(void)
              "strand_kafka_consumer_lag_messages{group=\"%sexecutor\",topic=\"%ssignals\"}",
              it_topic_prefix(), it_topic_prefix());
     CU_ASSERT_TRUE(metric(IT_EXECUTOR, series) >= 0);
+    /* The per-partition series appear with the lag thread's first round after the
+     * assignment. */
+    int partition_series = 0;
+    for (int i = 0; i < 100 && !partition_series; i++) {
+        char *text = NULL;
+        it_http_text(IT_EXECUTOR, "/metrics", &text);
+        partition_series = text && strstr(text, "strand_kafka_consumer_committed_offset{");
+        free(text);
+        if (!partition_series)
+            usleep(100 * 1000);
+    }
+    CU_ASSERT_TRUE(partition_series);
 
     /* Capture every service's /metrics for the check below. */
     static const char *const names[IT_NSERVICES] = {"api", "executor", "scheduler", "monitor"};
@@ -226,9 +238,9 @@ static void test_consumer_lag(void)
     /* The START signals are on Kafka once the API's relay published them. */
     CU_ASSERT_EQUAL(it_wait_number("SELECT (count(*) = 0)::int FROM strand.outbox"
                                    " WHERE topic = 'signals' AND published_at IS NULL", 1, 20), 1);
-    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "100", 1);
+    setenv("STRAND_KAFKA_LAG_INTERVAL_MS", "100", 1);
     CU_ASSERT_TRUE_FATAL(it_start(IT_EXECUTOR) > 0);
-    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "1000", 1);
+    setenv("STRAND_KAFKA_LAG_INTERVAL_MS", "1000", 1);
     char series[300];
     snprintf(series, sizeof series,
              "strand_kafka_consumer_lag_messages{group=\"%sexecutor\",topic=\"%ssignals\"}",
@@ -392,8 +404,8 @@ int main(void)
 {
     if (!it_init("test_metrics_exposed"))
         return 1;
-    /* librdkafka statistics (and so consumer lag) every second instead of every 5 s. */
-    setenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS", "1000", 1);
+    /* Consumer lag asked from the broker every second instead of every 5 s. */
+    setenv("STRAND_KAFKA_LAG_INTERVAL_MS", "1000", 1);
     snprintf(flow_name, sizeof flow_name, "metrics-flow-%ld", (long)time(NULL));
     snprintf(lc_name, sizeof lc_name, "metrics-lc-%ld", (long)time(NULL));
     static const it_case_t cases[] = {

@@ -33,6 +33,9 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(cfg.recovery_interval_s, 60);
     CU_ASSERT_EQUAL(cfg.recovery_batch, 10000);
     CU_ASSERT_EQUAL(cfg.recovery_grace_s, 120);
+    CU_ASSERT_EQUAL(cfg.kafka_session_timeout_ms, 6000);
+    CU_ASSERT_EQUAL(cfg.consumer_poll_limit_ms, 30000);
+    CU_ASSERT_EQUAL(cfg.kafka_lag_interval_ms, 5000);
     char topic[64];
     CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
                            "strand.signals");
@@ -122,7 +125,21 @@ static void test_kafka_overrides(void)
     CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "enable.auto.commit", v, sizeof v), "false");
     CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "topic.metadata.refresh.interval.ms", v,
                                          sizeof v), "5000");
+    /* Failover: cooperative-sticky, the session timeout from the configuration. */
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "partition.assignment.strategy", v, sizeof v),
+                           "cooperative-sticky");
+    char want[64];
+    snprintf(want, sizeof want, "%d", cfg.kafka_session_timeout_ms);
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "session.timeout.ms", v, sizeof v), want);
     rd_kafka_destroy(consumer);
+    /* Static membership only with an explicit node id, named after service and node. */
+    setenv("STRAND_NODE_ID", "pod-7", 1);
+    snprintf(cfg.node_id, sizeof cfg.node_id, "pod-7");
+    CU_ASSERT_EQUAL_FATAL(st_kafka_consumer_new(&cfg, "g", topics, NULL, &consumer, &eb), ST_OK);
+    snprintf(want, sizeof want, "%s-pod-7", cfg.service);
+    CU_ASSERT_STRING_EQUAL(kafka_setting(consumer, "group.instance.id", v, sizeof v), want);
+    rd_kafka_destroy(consumer);
+    unsetenv("STRAND_NODE_ID");
     unsetenv("STRAND_KAFKA_CONF_LINGER_MS");
     unsetenv("STRAND_KAFKA_CONF_ACKS");
     unsetenv("STRAND_KAFKA_CONF_STATISTICS_INTERVAL_MS");

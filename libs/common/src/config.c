@@ -88,6 +88,9 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_DATA_MAX_DEPTH", 64, 4, 1000, data_max_depth);
     INT("STRAND_SUBWORKFLOW_MAX_DEPTH", 10, 0, 1000, subworkflow_max_depth);
     INT("STRAND_DIAGRAM_MAX_NODES", 500, 10, 2000, diagram_max_nodes);
+    INT("STRAND_KAFKA_SESSION_TIMEOUT_MS", 6000, 1000, 300000, kafka_session_timeout_ms);
+    INT("STRAND_CONSUMER_POLL_LIMIT_MS", 30000, 1000, 3600000, consumer_poll_limit_ms);
+    INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 100, 300000, kafka_lag_interval_ms);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error"};

@@ -2,11 +2,11 @@
 #include "strand/kafka.h"
 
 #include <ctype.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -103,45 +103,98 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
     return ST_OK;
 }
 
-/* Consumer lag: librdkafka's statistics (every statistics.interval.ms, served by the
- * consumer's own poll) carry consumer_lag per assigned partition; the sum per topic is
- * the gauge strand_kafka_consumer_lag_messages{group,topic}. The group of each consumer
- * handle is kept in a small table, as the statistics JSON does not name it. */
-#define LAG_MAX_CONSUMERS 16
-static pthread_mutex_t lag_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    const rd_kafka_t *rk;
-    char group[128];
-} lag_groups[LAG_MAX_CONSUMERS];
+/* ---- consumer health and lag ------------------------------------------------------
+ *
+ * Lag comes from the broker, not from librdkafka's statistics: those are served by the
+ * consumer's own poll, so the figure froze (at 0) exactly while a loop was stuck. A
+ * process-wide thread asks, for every watched consumer, its assignment, the group's
+ * committed offsets and each partition's high watermark. It holds watch_mu while it
+ * uses a handle; st_kafka_consumer_free() takes it to unregister, so a handle is never
+ * used after it is destroyed. Poll threads never take the lock (atomics only). */
+#define WATCH_MAX 16
+/* Each broker query waits at most this long, and a round for one consumer stops at the
+ * first failure (broker down): st_kafka_consumer_free() waits for the round. */
+#define WATCH_QUERY_MS 1000
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static st_kafka_watch_t *watched[WATCH_MAX];
+static int watch_interval_ms = 5000;
+static int watch_thread_started;
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void st_kafka_watch_init(st_kafka_watch_t *w, const st_config_t *cfg, const char *group)
+{
+    memset(w, 0, sizeof *w);
+    snprintf(w->group, sizeof w->group, "%s", group);
+    w->poll_limit_ms = cfg->consumer_poll_limit_ms > 0 ? cfg->consumer_poll_limit_ms : 30000;
+    w->last_poll_ms = mono_ms();
+    char labels[200];
+    snprintf(labels, sizeof labels, "group=\"%s\"", group);
+    w->m_stuck = st_metrics_gauge("strand_consumer_stuck",
+                                  "Consumer threads holding a message they could not even "
+                                  "dead-letter", labels);
+    w->m_dl_failures = st_metrics_counter("strand_consumer_dead_letter_failures_total",
+                                          "Dead-letter writes that failed", labels);
+    w->m_poll_age = st_metrics_gauge("strand_kafka_consumer_poll_age_seconds",
+                                     "Seconds since the consumer loop last polled", labels);
+}
+
+void st_kafka_watch_polled(st_kafka_watch_t *w)
+{
+    if (w != NULL)
+        __atomic_store_n(&w->last_poll_ms, mono_ms(), __ATOMIC_RELEASE);
+}
+
+void st_kafka_watch_dead_letter_failed(st_kafka_watch_t *w, int *held)
+{
+    if (w == NULL)
+        return;
+    st_metric_inc(w->m_dl_failures);
+    if (*held)
+        return;
+    *held = 1;
+    st_metric_set(w->m_stuck, __atomic_add_fetch(&w->stuck, 1, __ATOMIC_ACQ_REL));
+}
+
+void st_kafka_watch_dead_letter_done(st_kafka_watch_t *w, int *held)
+{
+    if (w == NULL || !*held)
+        return;
+    *held = 0;
+    st_metric_set(w->m_stuck, __atomic_sub_fetch(&w->stuck, 1, __ATOMIC_ACQ_REL));
+}
+
+int st_kafka_watch_error(st_kafka_watch_t *w, rd_kafka_t *rk, rd_kafka_resp_err_t err)
+{
+    if (err != RD_KAFKA_RESP_ERR__FATAL)
+        return 0;
+    if (w != NULL && __atomic_exchange_n(&w->fatal, 1, __ATOMIC_ACQ_REL))
+        return 1;   /* logged already */
+    char reason[512] = "";
+    rd_kafka_resp_err_t cause = rd_kafka_fatal_error(rk, reason, sizeof reason);
+    st_log_error("Kafka consumer stopped by a fatal error",
+                 "group=%s error=%s: %s; if another process uses the same STRAND_NODE_ID,"
+                 " give each replica its own and restart this one",
+                 w ? w->group : "?", rd_kafka_err2name(cause), reason);
+    return 1;
+}
+
+int st_kafka_watch_ready(const st_kafka_watch_t *w)
+{
+    if (w == NULL)
+        return 1;
+    long long age = mono_ms() - __atomic_load_n(&w->last_poll_ms, __ATOMIC_ACQUIRE);
+    return !__atomic_load_n(&w->stuck, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&w->fatal, __ATOMIC_ACQUIRE) && age <= w->poll_limit_ms;
+}
 
 static const char *const LAG_HELP =
     "Messages not yet consumed by the group, summed over the assigned partitions";
-
-/* Handles are not forgotten when destroyed (that happens in the services' own close
- * paths); a reused address overwrites its slot, and a full table reuses the oldest. */
-static void lag_remember(const rd_kafka_t *rk, const char *group)
-{
-    static int next;
-    pthread_mutex_lock(&lag_mu);
-    int slot = -1;
-    for (int i = 0; i < LAG_MAX_CONSUMERS && slot < 0; i++)
-        if (lag_groups[i].rk == NULL || lag_groups[i].rk == rk)
-            slot = i;
-    if (slot < 0)
-        slot = next++ % LAG_MAX_CONSUMERS;
-    lag_groups[slot].rk = rk;
-    snprintf(lag_groups[slot].group, sizeof lag_groups[slot].group, "%s", group);
-    pthread_mutex_unlock(&lag_mu);
-}
-
-static void lag_forget(const rd_kafka_t *rk)
-{
-    pthread_mutex_lock(&lag_mu);
-    for (int i = 0; i < LAG_MAX_CONSUMERS; i++)
-        if (lag_groups[i].rk == rk)
-            lag_groups[i].rk = NULL;
-    pthread_mutex_unlock(&lag_mu);
-}
 
 static st_metric_t *lag_gauge(const char *group, const char *topic)
 {
@@ -150,44 +203,145 @@ static st_metric_t *lag_gauge(const char *group, const char *topic)
     return st_metrics_gauge("strand_kafka_consumer_lag_messages", LAG_HELP, labels);
 }
 
-static int on_stats(rd_kafka_t *rk, char *text, size_t len, void *opaque)
+static void partition_gauges(const char *group, const char *topic, int32_t partition,
+                             double lag, double committed)
 {
-    char group[128] = "";
-    pthread_mutex_lock(&lag_mu);
-    for (int i = 0; i < LAG_MAX_CONSUMERS; i++)
-        if (lag_groups[i].rk == rk)
-            snprintf(group, sizeof group, "%s", lag_groups[i].group);
-    pthread_mutex_unlock(&lag_mu);
-    json_t *stats = group[0] != '\0' ? json_loadb(text, len, 0, NULL) : NULL;
-    const char *topic;
-    json_t *t;
-    json_object_foreach(json_object_get(stats, "topics"), topic, t) {
-        double lag = 0;
-        const char *part;
-        json_t *p;
-        json_object_foreach(json_object_get(t, "partitions"), part, p) {
-            json_int_t n = json_integer_value(json_object_get(p, "consumer_lag"));
-            if (strcmp(part, "-1") != 0 && n > 0)
-                lag += (double)n;
-        }
-        st_metric_set(lag_gauge(group, topic), lag);
+    char labels[512];
+    snprintf(labels, sizeof labels, "group=\"%s\",topic=\"%s\",partition=\"%d\"", group, topic,
+             (int)partition);
+    st_metric_set(st_metrics_gauge("strand_kafka_consumer_partition_lag_messages",
+                                   "Broker high watermark minus the group's committed offset, "
+                                   "per partition assigned to this consumer", labels), lag);
+    if (committed > -2)
+        st_metric_set(st_metrics_gauge("strand_kafka_consumer_committed_offset",
+                                       "The group's committed offset, per partition assigned "
+                                       "to this consumer (-1: none yet)", labels), committed);
+}
+
+/* One round for one consumer: the caller holds watch_mu. */
+static void watch_measure(st_kafka_watch_t *w)
+{
+    long long age = mono_ms() - __atomic_load_n(&w->last_poll_ms, __ATOMIC_ACQUIRE);
+    st_metric_set(w->m_poll_age, (double)age / 1000.0);
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(w->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || parts == NULL)
+        return;
+    if (parts->cnt > 0 &&
+        rd_kafka_committed(w->rk, parts, WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_topic_partition_list_destroy(parts);
+        return;   /* coordinator unreachable: keep the last figures */
     }
-    json_decref(stats);
-    return 0; /* librdkafka frees `text` */
+    /* Per topic sums (consumers here have one or a few topics). */
+    enum { MAX_TOPICS = 8 };
+    const char *topics[MAX_TOPICS];
+    double sums[MAX_TOPICS];
+    int ntopics = 0;
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *p = &parts->elems[i];
+        int64_t lo = 0, hi = 0;
+        if (rd_kafka_query_watermark_offsets(w->rk, p->topic, p->partition, &lo, &hi,
+                                             WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rd_kafka_topic_partition_list_destroy(parts);
+            return;   /* broker unreachable: keep the last figures */
+        }
+        int64_t from = p->offset >= 0 ? p->offset : lo;
+        double lag = hi > from ? (double)(hi - from) : 0;
+        partition_gauges(w->group, p->topic, p->partition, lag,
+                         p->offset >= 0 ? (double)p->offset : -1);
+        int t = 0;
+        while (t < ntopics && strcmp(topics[t], p->topic) != 0)
+            t++;
+        if (t == ntopics && ntopics < MAX_TOPICS) {
+            topics[ntopics] = p->topic;
+            sums[ntopics++] = 0;
+        }
+        if (t < ntopics)
+            sums[t] += lag;
+    }
+    for (int t = 0; t < ntopics; t++)
+        st_metric_set(lag_gauge(w->group, topics[t]), sums[t]);
+    /* Partitions reported before and no longer ours: 0 here, their new owner reports. */
+    for (int r = 0; r < w->nreported; r++) {
+        int still = 0;
+        for (int i = 0; i < parts->cnt && !still; i++)
+            still = parts->elems[i].partition == w->reported[r].partition &&
+                    strcmp(parts->elems[i].topic, w->reported[r].topic) == 0;
+        if (!still)
+            partition_gauges(w->group, w->reported[r].topic, w->reported[r].partition, 0, -2);
+    }
+    w->nreported = 0;
+    for (int i = 0; i < parts->cnt && w->nreported < ST_KAFKA_WATCH_MAX_PARTS; i++) {
+        snprintf(w->reported[w->nreported].topic, sizeof w->reported[0].topic, "%s",
+                 parts->elems[i].topic);
+        w->reported[w->nreported++].partition = parts->elems[i].partition;
+    }
+    if (parts->cnt == 0)
+        for (int t = 0; t < ntopics; t++)
+            st_metric_set(lag_gauge(w->group, topics[t]), 0);
+    rd_kafka_topic_partition_list_destroy(parts);
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {watch_interval_ms / 1000, (long)(watch_interval_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&watch_mu);
+        for (int i = 0; i < WATCH_MAX; i++)
+            if (watched[i] != NULL)
+                watch_measure(watched[i]);
+        pthread_mutex_unlock(&watch_mu);
+    }
+    return NULL;
+}
+
+static void watch_add(st_kafka_watch_t *w, int interval_ms)
+{
+    pthread_mutex_lock(&watch_mu);
+    for (int i = 0; i < WATCH_MAX; i++)
+        if (watched[i] == NULL) {
+            watched[i] = w;
+            break;
+        }
+    if (!watch_thread_started) {
+        watch_interval_ms = interval_ms > 0 ? interval_ms : 5000;
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, watch_main, NULL) == 0) {
+            pthread_detach(thread);
+            watch_thread_started = 1;
+        } else {
+            st_log_warn("could not start the consumer lag thread", NULL);
+        }
+    }
+    pthread_mutex_unlock(&watch_mu);
+}
+
+static void watch_remove(const rd_kafka_t *rk)
+{
+    pthread_mutex_lock(&watch_mu);
+    for (int i = 0; i < WATCH_MAX; i++)
+        if (watched[i] != NULL && watched[i]->rk == rk)
+            watched[i] = NULL;
+    pthread_mutex_unlock(&watch_mu);
 }
 
 st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
                                const char *const *topics, const st_kafka_consumer_opts_t *opts,
                                rd_kafka_t **out, st_errbuf_t *eb)
 {
-    static const kafka_setting_t tunables[] = {
-        /* Eager, not cooperative-sticky: librdkafka 2.0.2 (Debian 12) closes a
-         * cooperative consumer without sending LeaveGroup, so its partitions would
-         * stay orphaned until session.timeout.ms (45 s) after every restart. */
-        {"partition.assignment.strategy", "roundrobin"},
+    /* Failover (docs/operations.md, "Consumer failover"): a dead member's partitions
+     * move after session.timeout.ms; cooperative-sticky moves only those, survivors
+     * keep theirs and go on consuming through the rebalance. */
+    char session[16], heartbeat[16];
+    int session_ms = cfg->kafka_session_timeout_ms > 0 ? cfg->kafka_session_timeout_ms : 6000;
+    snprintf(session, sizeof session, "%d", session_ms);
+    snprintf(heartbeat, sizeof heartbeat, "%d", session_ms / 4 > 100 ? session_ms / 4 : 100);
+    const kafka_setting_t tunables[] = {
+        {"partition.assignment.strategy", "cooperative-sticky"},
+        {"session.timeout.ms", session},
+        {"heartbeat.interval.ms", heartbeat},
         {"auto.offset.reset", "earliest"},
-        /* The consumer-lag metric (docs/operations.md). */
-        {"statistics.interval.ms", "5000"},
         /* A subscribed topic that the broker does not list yet (just created while its
          * controller was still loading, e.g. right after a broker restart) is only
          * looked up again at the next metadata refresh: 5 minutes by default, during
@@ -204,11 +358,20 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
     st_err_t err = base_conf(cfg, tunables, required, &conf, eb);
     if (err != ST_OK)
         return err;
-    if ((err = conf_set(conf, "group.id", group, eb)) != ST_OK) {
+    err = conf_set(conf, "group.id", group, eb);
+    /* Static membership only with an explicit node id: the host-name default is shared
+     * by two processes on one machine, and two live members with one group.instance.id
+     * fence each other. */
+    const char *node_env = getenv("STRAND_NODE_ID");
+    if (err == ST_OK && node_env != NULL && node_env[0] != '\0') {
+        char instance_id[160];
+        snprintf(instance_id, sizeof instance_id, "%s-%s", cfg->service, cfg->node_id);
+        err = conf_set(conf, "group.instance.id", instance_id, eb);
+    }
+    if (err != ST_OK) {
         rd_kafka_conf_destroy(conf);
         return err;
     }
-    rd_kafka_conf_set_stats_cb(conf, on_stats);
     if (opts != NULL) {
         if (opts->on_rebalance != NULL)
             rd_kafka_conf_set_rebalance_cb(conf, opts->on_rebalance);
@@ -221,7 +384,6 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
         return st_err_set(eb, ST_ERR_KAFKA, "could not create Kafka consumer: %s", errstr);
     }
     rd_kafka_poll_set_consumer(rk);
-    lag_remember(rk, group);
     int count = 0;
     while (topics[count] != NULL)
         count++;
@@ -236,12 +398,49 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
     rd_kafka_resp_err_t rerr = rd_kafka_subscribe(rk, subs);
     rd_kafka_topic_partition_list_destroy(subs);
     if (rerr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        lag_forget(rk);
         rd_kafka_destroy(rk);
         return st_err_set(eb, ST_ERR_KAFKA, "could not subscribe: %s", rd_kafka_err2str(rerr));
     }
+    if (opts != NULL && opts->watch != NULL) {
+        opts->watch->rk = rk;
+        watch_add(opts->watch, cfg->kafka_lag_interval_ms);
+    }
     *out = rk;
     return ST_OK;
+}
+
+void st_kafka_consumer_free(rd_kafka_t *rk)
+{
+    if (rk == NULL)
+        return;
+    watch_remove(rk);
+    /* librdkafka 2.0 can hang in rd_kafka_consumer_close() when a cooperative
+     * assignment arrives while it closes (librdkafka issue 4527): unsubscribe and let
+     * the revocation run first, for a bounded time. Unsubscribing is also what makes a
+     * dynamic (non-static) cooperative member leave the group at once; close alone
+     * does not in 2.0. Messages polled here are dropped uncommitted and redelivered to
+     * the next owner. */
+    rd_kafka_unsubscribe(rk);
+    for (int i = 0; i < 50; i++) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        int left = rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR && parts != NULL
+                       ? parts->cnt : 0;
+        if (parts != NULL)
+            rd_kafka_topic_partition_list_destroy(parts);
+        if (left == 0)
+            break;
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(rk, 100);
+        if (msg != NULL)
+            rd_kafka_message_destroy(msg);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+}
+
+int st_kafka_rebalance_protocol_eager(rd_kafka_t *rk)
+{
+    const char *proto = rd_kafka_rebalance_protocol(rk);
+    return proto == NULL || strcmp(proto, "COOPERATIVE") != 0;
 }
 
 st_err_t st_kafka_ensure_topics(const st_config_t *cfg, int timeout_ms, st_errbuf_t *eb)

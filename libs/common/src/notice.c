@@ -60,6 +60,18 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
     snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
     const char *instance = src->instance_id && st_uuid_valid(src->instance_id)
                                ? src->instance_id : NULL;
+    /* A tombstone has no payload; the column is NOT NULL, and a failing insert must not
+     * be what stops a consumer. An oversized payload is not kept: the DLQ envelope
+     * would exceed the broker's message limit and stop the relay instead. */
+    char full_reason[600];
+    if (len > ST_DEAD_LETTER_MAX_PAYLOAD) {
+        snprintf(full_reason, sizeof full_reason, "%s (payload of %zu bytes not kept)", reason,
+                 len);
+        reason = full_reason;
+        len = 0;
+    }
+    if (payload == NULL || len == 0)
+        payload = "", len = 0;
     const char *params[] = {src->topic, partition, offset, instance, reason,
                             attempts_text, node_id, payload};
     int lengths[] = {0, 0, 0, 0, 0, 0, 0, (int)len};
@@ -76,7 +88,7 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
     msg.reason = (char *)reason;
     msg.attempts = (uint32_t)attempts;
     msg.node_id = (char *)node_id;
-    msg.original.data = (uint8_t *)payload;
+    msg.original.data = (uint8_t *)(len ? payload : NULL);
     msg.original.len = len;
     msg.occurred_at_ms = st_now_ms();
     size_t out_len = strand__v1__dead_letter__get_packed_size(&msg);

@@ -48,6 +48,9 @@ typedef struct {
     int data_max_depth;        /* STRAND_DATA_MAX_DEPTH: nesting of stored data */
     int subworkflow_max_depth; /* STRAND_SUBWORKFLOW_MAX_DEPTH: levels of children */
     int diagram_max_nodes;     /* STRAND_DIAGRAM_MAX_NODES: largest diagram the API draws */
+    int kafka_session_timeout_ms; /* STRAND_KAFKA_SESSION_TIMEOUT_MS: consumer failover */
+    int consumer_poll_limit_ms;   /* STRAND_CONSUMER_POLL_LIMIT_MS: unready past it */
+    int kafka_lag_interval_ms;    /* STRAND_KAFKA_LAG_INTERVAL_MS: broker lag queries */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.

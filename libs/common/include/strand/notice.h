@@ -28,8 +28,14 @@ typedef struct {
     const char *instance_id; /* may be NULL */
 } st_dead_letter_source_t;
 
+/* Largest payload a dead letter keeps; a longer one is stored empty, with its size in
+ * the reason (the DLQ envelope must stay under the broker's 1 MB message limit). */
+#define ST_DEAD_LETTER_MAX_PAYLOAD (512 * 1024)
+
 /* Records a dead letter (strand.dead_letters) and adds a DeadLetter envelope to the
- * outbox for the dlq topic. `payload` is the original message, copied.
+ * outbox for the dlq topic. `payload` is the original message, copied; NULL (a
+ * tombstone) is stored as empty. The caller strips credentials first: the payload is
+ * readable by operators and published on the dlq topic.
  * Expects the caller to hold an open transaction. */
 st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
                                const char *reason, int attempts, const char *node_id,
