@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "permissions.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -123,7 +124,8 @@ static int handle(st_ingress_t *ing, const rd_kafka_message_t *msg)
         else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
             st_answer_problem(&answer, 401, "unauthenticated",
                               "the command's token is missing or not known", "/token", NULL);
-        else
+        else if (st_api_authorize_command(ing->conn, &who, cmd->type,
+                                          cmd->target_id[0] ? cmd->target_id : NULL, args, &answer))
             fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &answer);
         if (cmd != NULL)
             snprintf(target, sizeof target, "%s", cmd->target_id);

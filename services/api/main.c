@@ -11,6 +11,7 @@
 #include "command_pool.h"
 #include "diagram.h"
 #include "ingress.h"
+#include "permissions.h"
 #include "wait_loop.h"
 #include "strand/engine.h"
 #include "strand/log.h"
@@ -180,13 +181,14 @@ int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
     return 0;
 }
 
-/* The HTTP guard: every non-public route needs a known bearer token (401). */
+/* The HTTP guard: every non-public route needs a known bearer token (401) and the
+ * route's permission (403; permissions.c). */
 static int authenticate(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *token = st_auth_bearer(st_http_header(req, "Authorization"));
     if (st_auth_authenticate(api->auth, token, &api->current) == ST_OK)
-        return 1;
+        return st_api_authorize(api, req);
     st_http_reply_problem(req, 401, "unauthenticated",
                           token ? "the bearer token is not known" : "a bearer token is required",
                           NULL, NULL);
