@@ -339,6 +339,7 @@ static void test_ingress(void)
     long long letters = it_sql_number(letters_sql), refused = it_sql_number(refused_sql);
     /* instances:read only (perms[2]) may not start; scoped may start A but not B */
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied\"}", def_a);
+    /* (the definitions' names carry the pid: these refs are this run's only) */
     CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, token_of(2), "", args));
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied-b\"}", def_b);
     CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
@@ -349,7 +350,9 @@ static void test_ingress(void)
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
     CU_ASSERT_EQUAL(it_wait_number(letters_sql, letters + 2, 60), letters + 2);
     CU_ASSERT_EQUAL(it_sql_number(refused_sql), refused + 2);
-    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.instances WHERE business_ref LIKE 'ingress-denied%'"), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref LIKE"
+             " 'ingress-denied%%' AND definition_name IN ('%s', '%s')", def_a, def_b);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
 }
 
 int main(void)
