@@ -2,9 +2,9 @@
  * test_api.c - the HTTP API against the real servers, with authentication on.
  *
  * Every endpoint's success and error paths (problem+json with a stable code and the
- * offending field), the authorisation matrix (no token, unknown token, a caller
- * without roles, a task role holder, an admin: 401 and 403 distinct, admin-only
- * operations), definition diagrams as SVG with an instance overlay, the definition
+ * offending field), the authorisation matrix (no token, unknown token, a developer
+ * role, a task role holder, an admin: 401 and 403 distinct, operations the developer
+ * role does not grant; every permission: test_permissions.c), definition diagrams as SVG with an instance overlay, the definition
  * schema, instance list filters and cursor pagination, task result validation,
  * the retention run, and the request time limit.
  */
@@ -24,7 +24,7 @@
 #define T_ADMIN "h7-admin-token-0123456789"
 #define T_ALICE "h7-alice-token-0123456789"   /* approver */
 #define T_BOB "h7-bob-token-0123456789"       /* shipper */
-#define T_CAROL "h7-carol-token-0123456789"   /* no roles */
+#define T_CAROL "h7-carol-token-0123456789"   /* developer (defined in the token file) */
 #define T_UNKNOWN "h7-nobody-token-0123456789"
 
 static char flow[64], life[64];
