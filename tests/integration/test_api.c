@@ -4,9 +4,10 @@
  * Every endpoint's success and error paths (problem+json with a stable code and the
  * offending field), the authorisation matrix (no token, unknown token, a developer
  * role, a task role holder, an admin: 401 and 403 distinct, operations the developer
- * role does not grant; every permission: test_permissions.c), definition diagrams as SVG with an instance overlay, the definition
- * schema, instance list filters and cursor pagination, task result validation,
- * the retention run, and the request time limit.
+ * role does not grant; every permission: test_permissions.c), definition diagrams
+ * as SVG with an instance overlay, the definition schema, instance list filters and
+ * cursor pagination, task result validation, the retention run, and the request time
+ * limit.
  */
 #include <curl/curl.h>
 #include <libpq-fe.h>
