@@ -194,13 +194,13 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
 
 static void handle_replay(st_http_req_t *req, void *ctx)
 {
-    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE))
+    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE, NULL))
         settle(ctx, req, "replayed");
 }
 
 static void handle_discard(st_http_req_t *req, void *ctx)
 {
-    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE))
+    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE, NULL))
         settle(ctx, req, "discarded");
 }
 

@@ -252,13 +252,16 @@ int st_api_authorize_command(PGconn *conn, const st_principal_t *who, int comman
     return decide_limited(conn, who, rule, &t, out);
 }
 
-int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm)
+int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm,
+                              const char *definition)
 {
-    if (st_principal_holds(&api->current, perm) != ST_HOLDS_NONE)
+    st_holds_t holds = st_principal_holds(&api->current, perm);
+    if (definition == NULL ? holds != ST_HOLDS_NONE
+                           : st_principal_may(&api->current, perm, definition, NULL))
         return 1;
-    st_perm_rule_t rule = {NULL, NULL, perm, ST_TARGET_NONE};
+    st_perm_rule_t rule = {NULL, NULL, perm, ST_TARGET_PATH_NAME};
     st_answer_t answer = {0};
-    refuse(&answer, &rule, 0);
+    refuse(&answer, &rule, holds != ST_HOLDS_NONE);
     st_api_reply(req, &answer);
     return 0;
 }

@@ -53,8 +53,9 @@ int st_api_authorize(st_api_t *api, st_http_req_t *req);
 int st_api_authorize_command(PGconn *conn, const st_principal_t *who, int command_type,
                              const char *target_id, const json_t *args, st_answer_t *out);
 
-/* For HTTP handlers that re-check a permission they need in any grant: answers 403
- * and returns 0 unless the caller holds `perm`. */
-int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm);
+/* For HTTP handlers that need a permission beyond their route's rule: answers 403 and
+ * returns 0 unless the caller holds `perm` for `definition` (NULL: in any grant). */
+int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm,
+                              const char *definition);
 
 #endif

@@ -294,6 +294,12 @@ static void test_limited_grants(void)
     expect_answer(T_SCOPED, "GET", path, NULL, "definitions:read");
     expect_answer(T_SCOPED, "GET", "/v1/definitions", NULL, "definitions:read");
     CU_ASSERT_EQUAL(req(T_SCOPED, "GET", "/v1/schema/definition", NULL, NULL), 200);
+    /* a diagram's instance overlay needs instances:read for that definition too */
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", def_a, a);
+    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", path, NULL, NULL), 200);
+    expect_answer(token_of(0), "GET", path, NULL, "instances:read");   /* definitions:read only */
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg", def_a);
+    CU_ASSERT_EQUAL(req(token_of(0), "GET", path, NULL, NULL), 200);
     /* tasks by their instance's definition */
     char ta[40], tb[40];
     task_of(a, ta, sizeof ta);
