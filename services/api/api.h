@@ -129,8 +129,6 @@ void st_api_reply(st_http_req_t *req, st_answer_t *a);
  * 1 to `max`. Returns it, or 0 after setting a 400 invalid_limit problem in `out`. */
 int st_api_page_limit(st_http_req_t *req, int def, int max, st_answer_t *out);
 
-/* For HTTP handlers: answers 403 and returns 0 unless the caller holds `role`. */
-int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role);
 
 /* For read-only HTTP handlers: st_api_conn() that answers the 503 itself. */
 PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req);

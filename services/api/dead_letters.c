@@ -5,14 +5,16 @@
  * transaction: outbox row + status 'replayed'); discard only marks it. Both refuse a
  * letter that is no longer open (409), so a replay happens at most once.
  *
- * Access: a dead letter holds the refused message itself, so reading letters takes the
- * role "operator" (or "admin"); replay and discard take "admin".
+ * Access (services/api/permissions.c): a dead letter holds the refused message itself,
+ * so reading letters takes dead-letters:read (the built-in role operator has it);
+ * replay and discard take dead-letters:operate.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "permissions.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
 
@@ -60,8 +62,6 @@ static int parse_id(st_http_req_t *req, const char *text)
 static void handle_list(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    if (!st_api_require_role(api, req, "operator"))
-        return;
     const char *status = st_http_query(req, "status");
     const char *cursor = st_http_query(req, "cursor");
     st_answer_t answer = {0};
@@ -105,8 +105,6 @@ static void handle_list(st_http_req_t *req, void *ctx)
 static void handle_get(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
-    if (!st_api_require_role(api, req, "operator"))
-        return;
     const char *id = st_http_param(req, "id");
     if (!parse_id(req, id))
         return;
@@ -200,13 +198,13 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
 
 static void handle_replay(st_http_req_t *req, void *ctx)
 {
-    if (st_api_require_role(ctx, req, "admin"))
+    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE, NULL))
         settle(ctx, req, "replayed");
 }
 
 static void handle_discard(st_http_req_t *req, void *ctx)
 {
-    if (st_api_require_role(ctx, req, "admin"))
+    if (st_api_require_permission(ctx, req, ST_PERM_DEAD_LETTERS_OPERATE, NULL))
         settle(ctx, req, "discarded");
 }
 

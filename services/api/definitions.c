@@ -11,6 +11,7 @@
 #include "api.h"
 #include "command_pool.h"
 #include "diagram.h"
+#include "permissions.h"
 #include "result_schema.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
@@ -419,6 +420,9 @@ static void handle_diagram(st_http_req_t *req, void *ctx)
                               "/instance", NULL);
         return;
     }
+    /* the overlay shows the instance's path: its reader's permission too */
+    if (instance != NULL && !st_api_require_permission(api, req, ST_PERM_INSTANCES_READ, name))
+        return;
     json_t *args = json_pack("{s:s, s:s}", "name", name, "version", version);
     if (args == NULL) {
         st_http_reply_problem(req, 400, "invalid_field", "name must be UTF-8 text", "/name", NULL);

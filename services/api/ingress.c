@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "permissions.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -137,7 +138,8 @@ static void run_once(st_ingress_t *ing, const rd_kafka_message_t *msg, attempt_t
     else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
         st_answer_problem(&a->answer, 401, "unauthenticated",
                           "the command's token is missing or not known", "/token", NULL);
-    else
+    else if (st_api_authorize_command(ing->conn, &who, cmd->type,
+                                      cmd->target_id[0] ? cmd->target_id : NULL, args, &a->answer))
         fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &a->answer);
     json_decref(args);
     if (cmd == NULL)

@@ -12,6 +12,7 @@
 #include "command_pool.h"
 #include "diagram.h"
 #include "ingress.h"
+#include "permissions.h"
 #include "wait_loop.h"
 #include "strand/engine.h"
 #include "strand/log.h"
@@ -205,23 +206,15 @@ int st_api_page_limit(st_http_req_t *req, int def, int max, st_answer_t *out)
     return limit;
 }
 
-int st_api_require_role(st_api_t *api, st_http_req_t *req, const char *role)
-{
-    if (st_principal_has_role(&api->current, role))
-        return 1;
-    st_http_reply_problem(req, 403, "forbidden", "this operation needs another role", NULL,
-                          json_pack("{s:s}", "required_role", role));
-    return 0;
-}
-
-/* The HTTP guard: every non-public route needs a known bearer token (401). */
+/* The HTTP guard: every non-public route needs a known bearer token (401) and the
+ * route's permission (403; permissions.c). */
 static int authenticate(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *header = st_http_header(req, "Authorization");
     const char *token = st_auth_bearer(header);
     if (st_auth_authenticate(api->auth, token, &api->current) == ST_OK)
-        return 1;
+        return st_api_authorize(api, req);
     st_http_reply_problem(req, 401, "unauthenticated",
                           token ? "the bearer token is not known"
                           : header ? "the Authorization header must be \"Bearer <token>\" with a token"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "permissions.h"
 
 extern const char st_openapi_json[];
 
@@ -40,6 +41,10 @@ static void check_route(const char *method, const char *pattern, void *ctx)
     json_object_set_new(c->served, key, json_true());
     if (json_object_get(json_object_get(c->paths, pattern), lower) == NULL) {
         fprintf(stderr, "served but not documented: %s %s\n", method, pattern);
+        c->missing++;
+    }
+    if (st_perm_route_rule(method, pattern) == NULL) {
+        fprintf(stderr, "served without a permission rule (permissions.c): %s %s\n", method, pattern);
         c->missing++;
     }
 }

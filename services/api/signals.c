@@ -164,8 +164,9 @@ void st_cmd_cancel(PGconn *conn, const st_principal_t *who, const char *id,
 void st_cmd_terminate(PGconn *conn, const st_principal_t *who, const char *id,
                   const json_t *args, st_answer_t *out)
 {
-    if (!st_principal_has_role(who, "admin")) {
-        st_answer_problem(out, 403, "forbidden", "terminate is an admin operation", NULL, NULL);
+    if (st_principal_holds(who, ST_PERM_INSTANCES_TERMINATE) == ST_HOLDS_NONE) {
+        st_answer_problem(out, 403, "forbidden", "terminate needs the instances:terminate permission",
+                          NULL, json_pack("{s:s}", "required_permission", "instances:terminate"));
         return;
     }
     raise_on_instance(conn, id, args, ST_SIGNAL_TERMINATE, out);

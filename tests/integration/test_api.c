@@ -2,11 +2,12 @@
  * test_api.c - the HTTP API against the real servers, with authentication on.
  *
  * Every endpoint's success and error paths (problem+json with a stable code and the
- * offending field), the authorisation matrix (no token, unknown token, a caller
- * without roles, a task role holder, an admin: 401 and 403 distinct, admin-only
- * operations), definition diagrams as SVG with an instance overlay, the definition
- * schema, instance list filters and cursor pagination, task result validation,
- * the retention run, and the request time limit.
+ * offending field), the authorisation matrix (no token, unknown token, a developer
+ * role, a task role holder, an admin: 401 and 403 distinct, operations the developer
+ * role does not grant; every permission: test_permissions.c), definition diagrams
+ * as SVG with an instance overlay, the definition schema, instance list filters and
+ * cursor pagination, task result validation, the retention run, and the request time
+ * limit.
  */
 #include <curl/curl.h>
 #include <libpq-fe.h>
@@ -24,7 +25,7 @@
 #define T_ADMIN "h7-admin-token-0123456789"
 #define T_ALICE "h7-alice-token-0123456789"   /* approver */
 #define T_BOB "h7-bob-token-0123456789"       /* shipper */
-#define T_CAROL "h7-carol-token-0123456789"   /* no roles */
+#define T_CAROL "h7-carol-token-0123456789"   /* developer (defined in the token file) */
 #define T_UNKNOWN "h7-nobody-token-0123456789"
 
 static char flow[64], life[64];
@@ -202,11 +203,17 @@ static void test_start_services(void)
     snprintf(path, sizeof path, "/tmp/strand-test-api-tokens-%d.json", (int)getpid());
     FILE *f = fopen(path, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fprintf(f, "{\"tokens\": ["
+    /* carol develops: definitions, starting and signalling, reading; not terminate,
+     * dead letters or the retention run. alice and bob hold task roles only
+     * (undefined role names: tasks:read, tasks:act, instances:read). */
+    fprintf(f, "{\"roles\": {\"developer\": [\"definitions:*\", \"instances:read\", \"instances:start\","
+               "  \"instances:signal\", \"instances:operate\", \"triggers:send\", \"tasks:read\","
+               "  \"acks:send\"]},"
+               "\"tokens\": ["
                "{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]},"
                "{\"token\": \"%s\", \"principal\": \"alice\", \"roles\": [\"approver\"]},"
                "{\"token\": \"%s\", \"principal\": \"bob\", \"roles\": [\"shipper\"]},"
-               "{\"token\": \"%s\", \"principal\": \"carol\", \"roles\": []}]}",
+               "{\"token\": \"%s\", \"principal\": \"carol\", \"roles\": [\"developer\"]}]}",
             T_ADMIN, T_ALICE, T_BOB, T_CAROL);
     fclose(f);
     setenv("STRAND_AUTH_FILE", path, 1);
@@ -578,7 +585,8 @@ static void test_diagram(void)
     free(svg);
 }
 
-/* The authorisation matrix: each route against each kind of caller. */
+/* The authorisation matrix: each route against each kind of caller (every permission
+ * against every route: test_permissions.c). */
 static void test_authorisation_matrix(void)
 {
     enum { NONE, UNKNOWN, CAROL, ALICE, ADMIN, NCALLERS };
@@ -593,13 +601,15 @@ static void test_authorisation_matrix(void)
         const char *method, *path, *body;
         long want[3];
     } rows[] = {
-        {"GET", "/v1/definitions", NULL, {200, 200, 200}},
-        {"GET", "/v1/schema/definition", NULL, {200, 200, 200}},
+        /* a task role (alice) reads tasks and instances, not definitions or dead letters */
+        {"GET", "/v1/definitions", NULL, {200, 403, 200}},
+        {"GET", "/v1/schema/definition", NULL, {200, 403, 200}},
         {"GET", inst, NULL, {200, 200, 200}},
         {"GET", "/v1/tasks?role=approver", NULL, {200, 200, 200}},
-        /* operator (or admin) only: a letter holds the refused message */
+        /* dead letters hold refused messages: dead-letters:read (operator, admin) only */
         {"GET", "/v1/dead-letters", NULL, {403, 403, 200}},
-        /* admin-only operations */
+        {"POST", "/v1/instances", "{\"definition\":\"no_such_def_matrix\"}", {404, 403, 404}},
+        /* operations carol's role does not grant */
         {"POST", terminate, "{}", {403, 403, 404}},
         {"POST", "/v1/dead-letters/999999999/replay", "{}", {403, 403, 409}},
         {"POST", "/v1/dead-letters/999999999/discard", "{}", {403, 403, 409}},
@@ -859,7 +869,7 @@ static void test_ingress_authorisation(void)
              " AND instance_id = '%s' AND reason LIKE '%%token%%'", instance);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
-             " AND instance_id = '%s' AND reason LIKE '%%admin%%'", instance);
+             " AND instance_id = '%s' AND reason LIKE '%%instances:terminate%%'", instance);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
              " AND instance_id = '%s' AND reason LIKE '%%result_schema%%'", task);

@@ -135,7 +135,9 @@ static void test_setup(void)
     snprintf(path, sizeof path, "/tmp/strand-test-api-load-%d.json", (int)getpid());
     FILE *f = fopen(path, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fprintf(f, "{\"tokens\": [{\"token\": \"%s\", \"principal\": \"loader\", \"roles\": [\"loader\"]}]}",
+    fprintf(f, "{\"roles\": {\"loader\": [\"definitions:write\", \"instances:read\", \"instances:start\","
+               " \"instances:signal\", \"tasks:read\", \"tasks:act\"]},"
+               " \"tokens\": [{\"token\": \"%s\", \"principal\": \"loader\", \"roles\": [\"loader\"]}]}",
             TOKEN);
     fclose(f);
     setenv("STRAND_AUTH_FILE", path, 1);

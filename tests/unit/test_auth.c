@@ -101,5 +101,82 @@ static void test_bad_files(void)
                "/tokens/0/roles/0");
 }
 
+/* Roles grant permissions: built-in, defined in "roles", limited, and task roles. */
+static void test_roles_grant_permissions(void)
+{
+    const char *doc =
+        "{\"roles\":{\"bot\":[\"instances:start@orders\",\"acks:send:billing\",\"tasks:*\"],"
+        "           \"boss\":[\"admin\"], \"none\":[]},"
+        " \"tokens\":[{\"token\":\"bot-token-0123456789\",\"principal\":\"bot\",\"roles\":[\"bot\"]},"
+        "  {\"token\":\"op-token-0123456789\",\"principal\":\"op\",\"roles\":[\"operator\"]},"
+        "  {\"token\":\"view-token-0123456789\",\"principal\":\"v\",\"roles\":[\"viewer\",\"none\"]},"
+        "  {\"token\":\"task-token-0123456789\",\"principal\":\"t\",\"roles\":[\"approver\"]},"
+        "  {\"token\":\"boss-token-0123456789\",\"principal\":\"b\",\"roles\":[\"boss\"]},"
+        "  {\"token\":\"zero-token-0123456789\",\"principal\":\"z\",\"roles\":[]}]}";
+    char *path = write_file(doc);
+    st_auth_t *auth = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_auth_load(path, &auth, &eb), ST_OK);
+    st_principal_t who;
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "bot-token-0123456789", &who), ST_OK);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_INSTANCES_START), ST_HOLDS_SOME);
+    CU_ASSERT_TRUE(st_principal_may(&who, ST_PERM_INSTANCES_START, "orders", NULL));
+    CU_ASSERT_FALSE(st_principal_may(&who, ST_PERM_INSTANCES_START, "billing", NULL));
+    CU_ASSERT_FALSE(st_principal_may(&who, ST_PERM_INSTANCES_START, NULL, NULL));
+    CU_ASSERT_TRUE(st_principal_may(&who, ST_PERM_ACKS_SEND, NULL, "billing"));
+    CU_ASSERT_FALSE(st_principal_may(&who, ST_PERM_ACKS_SEND, NULL, "shipping"));
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_TASKS_ACT), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_INSTANCES_READ), ST_HOLDS_NONE);
+    CU_ASSERT_FALSE(st_principal_has_role(&who, "admin"));
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "op-token-0123456789", &who), ST_OK);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_INSTANCES_TERMINATE), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_DEAD_LETTERS_OPERATE), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_TASKS_ACT), ST_HOLDS_NONE);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_DEFINITIONS_WRITE), ST_HOLDS_NONE);
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "view-token-0123456789", &who), ST_OK);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_DEAD_LETTERS_READ), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_INSTANCES_START), ST_HOLDS_NONE);
+    /* an undefined role name is a task role */
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "task-token-0123456789", &who), ST_OK);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_TASKS_ACT), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_INSTANCES_READ), ST_HOLDS_ALL);
+    CU_ASSERT_EQUAL(st_principal_holds(&who, ST_PERM_DEFINITIONS_READ), ST_HOLDS_NONE);
+    /* a defined role granting admin is an admin, also for task roles */
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "boss-token-0123456789", &who), ST_OK);
+    CU_ASSERT_TRUE(st_principal_has_role(&who, "approver"));
+    CU_ASSERT_TRUE(st_principal_may(&who, ST_PERM_ACKS_SEND, NULL, "anyone"));
+    CU_ASSERT_EQUAL(st_auth_authenticate(auth, "zero-token-0123456789", &who), ST_OK);
+    for (int p = 0; p < ST_PERM_COUNT; p++)
+        CU_ASSERT_EQUAL(st_principal_holds(&who, (st_perm_t)p), ST_HOLDS_NONE);
+    CU_ASSERT_STRING_EQUAL(st_perm_name(ST_PERM_DEAD_LETTERS_OPERATE), "dead-letters:operate");
+    st_auth_free(auth);
+    unlink(path);
+}
+
+static void test_bad_roles(void)
+{
+    const char *tokens = "\"tokens\":[{\"token\":\"0123456789abcdef\",\"principal\":\"a\",\"roles\":[]}]";
+    char doc[512];
+    snprintf(doc, sizeof doc, "{\"roles\":[], %s}", tokens);
+    expect_bad(doc, "\"roles\" must be an object");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":\"tasks:read\"}, %s}", tokens);
+    expect_bad(doc, "/roles/x must be an array");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"tasks:reed\"]}, %s}", tokens);
+    expect_bad(doc, "unknown permission \"tasks:reed\"");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"tasks:read\", 3]}, %s}", tokens);
+    expect_bad(doc, "/roles/x/1 must be a string");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"dead-letters:read@orders\"]}, %s}", tokens);
+    expect_bad(doc, "cannot be limited to a definition");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"admin@orders\"]}, %s}", tokens);
+    expect_bad(doc, "cannot be limited");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"instances:start@\"]}, %s}", tokens);
+    expect_bad(doc, "is not a permission");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"operator\":[\"admin\"]}, %s}", tokens);
+    expect_bad(doc, "cannot be redefined");
+    snprintf(doc, sizeof doc, "{\"roles\":{\"x\":[\"*\"]}, %s}", tokens);
+    expect_bad(doc, "unknown permission");
+}
+
 ST_TEST_MAIN("auth", ST_TEST(test_tokens_map_to_principals), ST_TEST(test_off_without_file),
-             ST_TEST(test_bearer_header), ST_TEST(test_bad_files))
+             ST_TEST(test_bearer_header), ST_TEST(test_bad_files), ST_TEST(test_roles_grant_permissions),
+             ST_TEST(test_bad_roles))

@@ -9,14 +9,225 @@
 
 typedef struct {
     unsigned char digest[SHA256_DIGEST_LENGTH];   /* of the token */
-    st_principal_t principal;
+    st_principal_t principal;                     /* .grants points at `grants` */
+    st_grant_t *grants;                           /* owned */
 } token_entry_t;
+
+/* A role the file's "roles" object defines. */
+typedef struct {
+    char name[64];
+    unsigned perms;
+    int ngrants;
+    st_grant_t *grants;   /* owned */
+} role_def_t;
 
 struct st_auth {
     int enabled;
     size_t count;
     token_entry_t *entries;
+    size_t nroles;
+    role_def_t *roles;
 };
+
+#define PERM_BIT(p) (1u << (p))
+#define PERMS_ALL ((1u << ST_PERM_COUNT) - 1u)
+
+static const char *const perm_names[ST_PERM_COUNT] = {
+    [ST_PERM_DEFINITIONS_READ] = "definitions:read",
+    [ST_PERM_DEFINITIONS_WRITE] = "definitions:write",
+    [ST_PERM_INSTANCES_READ] = "instances:read",
+    [ST_PERM_INSTANCES_START] = "instances:start",
+    [ST_PERM_INSTANCES_SIGNAL] = "instances:signal",
+    [ST_PERM_INSTANCES_OPERATE] = "instances:operate",
+    [ST_PERM_INSTANCES_TERMINATE] = "instances:terminate",
+    [ST_PERM_TASKS_READ] = "tasks:read",
+    [ST_PERM_TASKS_ACT] = "tasks:act",
+    [ST_PERM_ACKS_SEND] = "acks:send",
+    [ST_PERM_DEAD_LETTERS_READ] = "dead-letters:read",
+    [ST_PERM_DEAD_LETTERS_OPERATE] = "dead-letters:operate",
+    [ST_PERM_TRIGGERS_SEND] = "triggers:send",
+    [ST_PERM_ADMIN] = "admin",
+};
+
+/* The built-in roles (a token file may not redefine them), and what a role name that
+ * is neither built in nor defined grants: a task role, which acts on its tasks. */
+#define PERMS_OPERATOR                                                                    \
+    (PERM_BIT(ST_PERM_INSTANCES_READ) | PERM_BIT(ST_PERM_INSTANCES_START) |               \
+     PERM_BIT(ST_PERM_INSTANCES_SIGNAL) | PERM_BIT(ST_PERM_INSTANCES_OPERATE) |           \
+     PERM_BIT(ST_PERM_INSTANCES_TERMINATE) | PERM_BIT(ST_PERM_DEAD_LETTERS_READ) |        \
+     PERM_BIT(ST_PERM_DEAD_LETTERS_OPERATE) | PERM_BIT(ST_PERM_TASKS_READ) |              \
+     PERM_BIT(ST_PERM_DEFINITIONS_READ))
+#define PERMS_VIEWER                                                                      \
+    (PERM_BIT(ST_PERM_DEFINITIONS_READ) | PERM_BIT(ST_PERM_INSTANCES_READ) |              \
+     PERM_BIT(ST_PERM_TASKS_READ) | PERM_BIT(ST_PERM_DEAD_LETTERS_READ))
+#define PERMS_TASK_ROLE                                                                   \
+    (PERM_BIT(ST_PERM_TASKS_READ) | PERM_BIT(ST_PERM_TASKS_ACT) |                         \
+     PERM_BIT(ST_PERM_INSTANCES_READ))
+
+static const struct {
+    const char *name;
+    unsigned perms;
+} builtin_roles[] = {{"admin", PERMS_ALL}, {"operator", PERMS_OPERATOR}, {"viewer", PERMS_VIEWER}};
+
+const char *st_perm_name(st_perm_t perm)
+{
+    return (unsigned)perm < ST_PERM_COUNT ? perm_names[perm] : "unknown";
+}
+
+static int builtin_role(const char *name, unsigned *perms)
+{
+    for (size_t i = 0; i < sizeof builtin_roles / sizeof builtin_roles[0]; i++)
+        if (strcmp(builtin_roles[i].name, name) == 0) {
+            *perms = builtin_roles[i].perms;
+            return 1;
+        }
+    return 0;
+}
+
+/* Only these groups name definitions (a grant "@definition" makes sense for them). */
+static int perm_scopable(st_perm_t p)
+{
+    return strncmp(perm_names[p], "definitions:", 12) == 0 ||
+           strncmp(perm_names[p], "instances:", 10) == 0 ||
+           strncmp(perm_names[p], "tasks:", 6) == 0 || p == ST_PERM_TRIGGERS_SEND;
+}
+
+static int add_grant(st_grant_t **grants, int *n, st_perm_t p, const char *scope,
+                     const char *qualifier)
+{
+    st_grant_t *more = realloc(*grants, (size_t)(*n + 1) * sizeof *more);
+    if (more == NULL)
+        return 0;
+    *grants = more;
+    st_grant_t *g = &more[(*n)++];
+    memset(g, 0, sizeof *g);
+    g->perm = p;
+    snprintf(g->scope, sizeof g->scope, "%s", scope);
+    snprintf(g->qualifier, sizeof g->qualifier, "%s", qualifier);
+    return 1;
+}
+
+/* Adds the permission text `text` ("instances:*@orders", "acks:send:billing") to
+ * `perms` (unlimited) or `grants` (limited). On a bad one sets eb (naming `where`). */
+static st_err_t parse_permission(const char *text, const char *where, unsigned *perms,
+                                 st_grant_t **grants, int *ngrants, st_errbuf_t *eb)
+{
+    char base[128];
+    const char *at = strchr(text, '@');
+    const char *scope = at ? at + 1 : "";
+    size_t blen = at ? (size_t)(at - text) : strlen(text);
+    if (blen >= sizeof base || strlen(scope) >= sizeof((st_grant_t *)0)->scope ||
+        (at != NULL && *scope == '\0'))
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: %s: \"%s\" is not a permission "
+                          "(\"<permission>\" or \"<permission>@<definition>\")", where, text);
+    memcpy(base, text, blen);
+    base[blen] = '\0';
+    const char *qualifier = "";
+    unsigned set = 0;
+    if (strncmp(base, "acks:send:", 10) == 0 && base[10] != '\0' &&
+        strlen(base + 10) < sizeof((st_grant_t *)0)->qualifier) {
+        qualifier = text + 10;
+        base[9] = '\0';
+    }
+    size_t glen = strlen(base);
+    int group = glen > 2 && strcmp(base + glen - 2, ":*") == 0;
+    for (int p = 0; p < ST_PERM_COUNT; p++) {
+        if (group ? strncmp(perm_names[p], base, glen - 1) == 0 : strcmp(perm_names[p], base) == 0)
+            set |= PERM_BIT(p);
+    }
+    if (set == 0)
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: %s: unknown permission \"%s\" "
+                          "(docs/api.md lists them)", where, text);
+    char qual[64] = "";
+    if (*qualifier != '\0')
+        snprintf(qual, sizeof qual, "%.*s", (int)(blen - 10), qualifier);
+    if (*scope == '\0' && *qual == '\0') {
+        *perms |= set;
+        return ST_OK;
+    }
+    for (int p = 0; p < ST_PERM_COUNT; p++) {
+        if (!(set & PERM_BIT(p)))
+            continue;
+        if (*scope != '\0' && !perm_scopable(p))
+            return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: %s: \"%s\": %s cannot be "
+                              "limited to a definition", where, text, perm_names[p]);
+        if (!add_grant(grants, ngrants, (st_perm_t)p, scope, qual))
+            return st_err_set(eb, ST_ERR_NOMEM, "could not allocate a grant");
+    }
+    return ST_OK;
+}
+
+/* Reads the optional "roles" object into auth->roles. */
+static st_err_t load_roles(st_auth_t *auth, const json_t *roles, st_errbuf_t *eb)
+{
+    if (roles == NULL)
+        return ST_OK;
+    if (!json_is_object(roles))
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: \"roles\" must be an object of "
+                          "role name -> array of permissions");
+    auth->roles = calloc(json_object_size(roles) + 1, sizeof *auth->roles);
+    if (auth->roles == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the role table");
+    const char *name;
+    json_t *list;
+    json_object_foreach((json_t *)roles, name, list) {
+        role_def_t *r = &auth->roles[auth->nroles++];
+        unsigned ignored;
+        if (*name == '\0' || strlen(name) >= sizeof r->name)
+            return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: /roles: a role name must have "
+                              "1 to 63 characters");
+        if (builtin_role(name, &ignored))
+            return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: /roles/%s: a built-in role "
+                              "(admin, operator, viewer) cannot be redefined", name);
+        snprintf(r->name, sizeof r->name, "%s", name);
+        if (!json_is_array(list))
+            return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: /roles/%s must be an array of "
+                              "permissions", name);
+        size_t i;
+        json_t *perm;
+        json_array_foreach(list, i, perm) {
+            char where[128];
+            snprintf(where, sizeof where, "/roles/%s/%zu", name, i);
+            if (!json_is_string(perm))
+                return st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE: %s must be a string", where);
+            st_err_t err = parse_permission(json_string_value(perm), where, &r->perms, &r->grants,
+                                            &r->ngrants, eb);
+            if (err != ST_OK)
+                return err;
+        }
+    }
+    return ST_OK;
+}
+
+/* Gives the token entry the permissions of its roles. */
+static st_err_t resolve_roles(const st_auth_t *auth, token_entry_t *e, st_errbuf_t *eb)
+{
+    st_principal_t *who = &e->principal;
+    int n = 0;
+    for (int i = 0; i < who->nroles; i++) {
+        unsigned perms;
+        if (builtin_role(who->roles[i], &perms)) {
+            who->perms |= perms;
+            continue;
+        }
+        const role_def_t *r = NULL;
+        for (size_t k = 0; k < auth->nroles && r == NULL; k++)
+            if (strcmp(auth->roles[k].name, who->roles[i]) == 0)
+                r = &auth->roles[k];
+        if (r == NULL) {
+            who->perms |= PERMS_TASK_ROLE;
+            continue;
+        }
+        who->perms |= r->perms;
+        for (int g = 0; g < r->ngrants; g++)
+            if (!add_grant(&e->grants, &n, r->grants[g].perm, r->grants[g].scope,
+                           r->grants[g].qualifier))
+                return st_err_set(eb, ST_ERR_NOMEM, "could not allocate a grant");
+    }
+    who->ngrants = n;
+    who->grants = e->grants;
+    return ST_OK;
+}
 
 static int hex_decode(const char *hex, unsigned char *out, size_t len)
 {
@@ -50,6 +261,8 @@ st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
     else if (!json_is_array(tokens) || json_array_size(tokens) == 0)
         err = st_err_set(eb, ST_ERR_CONFIG, "STRAND_AUTH_FILE %s: \"tokens\" must be a non-empty array",
                          path);
+    else
+        err = load_roles(auth, json_object_get(doc, "roles"), eb);
     if (err == ST_OK) {
         auth->count = json_array_size(tokens);
         auth->entries = calloc(auth->count, sizeof *auth->entries);
@@ -94,6 +307,8 @@ st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
             snprintf(e->principal.roles[e->principal.nroles++], sizeof e->principal.roles[0], "%s",
                      json_string_value(role));
         }
+        if (err == ST_OK)
+            err = resolve_roles(auth, e, eb);
     }
     json_decref(doc);
     if (err != ST_OK) {
@@ -109,6 +324,11 @@ void st_auth_free(st_auth_t *auth)
 {
     if (auth == NULL)
         return;
+    for (size_t i = 0; auth->entries != NULL && i < auth->count; i++)
+        free(auth->entries[i].grants);
+    for (size_t i = 0; i < auth->nroles; i++)
+        free(auth->roles[i].grants);
+    free(auth->roles);
     free(auth->entries);
     free(auth);
 }
@@ -125,6 +345,7 @@ st_err_t st_auth_authenticate(const st_auth_t *auth, const char *token, st_princ
         snprintf(who->name, sizeof who->name, "anonymous");
         snprintf(who->roles[0], sizeof who->roles[0], "admin");
         who->nroles = 1;
+        who->perms = PERMS_ALL;
         return ST_OK;
     }
     if (token == NULL || *token == '\0')
@@ -161,8 +382,10 @@ const char *st_auth_bearer(const char *header)
 
 int st_principal_has_role(const st_principal_t *who, const char *role)
 {
+    if (who->perms & PERM_BIT(ST_PERM_ADMIN))
+        return 1;
     for (int i = 0; i < who->nroles; i++)
-        if (strcmp(who->roles[i], "admin") == 0 || strcmp(who->roles[i], role) == 0)
+        if (strcmp(who->roles[i], role) == 0)
             return 1;
     return 0;
 }
@@ -176,5 +399,33 @@ int st_principal_has_any_role(const st_principal_t *who, const json_t *roles)
     json_array_foreach(roles, i, role)
         if (json_is_string(role) && st_principal_has_role(who, json_string_value(role)))
             return 1;
+    return 0;
+}
+
+st_holds_t st_principal_holds(const st_principal_t *who, st_perm_t perm)
+{
+    if (who->perms & (PERM_BIT(ST_PERM_ADMIN) | PERM_BIT(perm)))
+        return ST_HOLDS_ALL;
+    for (int i = 0; i < who->ngrants; i++)
+        if (who->grants[i].perm == perm)
+            return ST_HOLDS_SOME;
+    return ST_HOLDS_NONE;
+}
+
+int st_principal_may(const st_principal_t *who, st_perm_t perm, const char *definition,
+                     const char *consumer)
+{
+    if (who->perms & (PERM_BIT(ST_PERM_ADMIN) | PERM_BIT(perm)))
+        return 1;
+    for (int i = 0; i < who->ngrants; i++) {
+        const st_grant_t *g = &who->grants[i];
+        if (g->perm != perm)
+            continue;
+        if (g->scope[0] != '\0' && (definition == NULL || strcmp(g->scope, definition) != 0))
+            continue;
+        if (g->qualifier[0] != '\0' && (consumer == NULL || strcmp(g->qualifier, consumer) != 0))
+            continue;
+        return 1;
+    }
     return 0;
 }

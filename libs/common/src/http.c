@@ -594,3 +594,13 @@ void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
     reply_json_as(req, status, "application/problem+json",
                   st_http_problem_new(status, code, message, field, extra));
 }
+
+const char *st_http_req_method(const st_http_req_t *req)
+{
+    return req->method;
+}
+
+const char *st_http_req_route(const st_http_req_t *req)
+{
+    return req->route ? req->route->pattern : NULL;
+}

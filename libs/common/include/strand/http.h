@@ -101,4 +101,9 @@ json_t *st_http_problem_new(int status, const char *code, const char *message,
 void st_http_reply_problem(st_http_req_t *req, int status, const char *code,
                            const char *message, const char *field, json_t *extra);
 
+/* The matched route's method ("GET") and pattern ("/v1/instances/{id}"), for a guard
+ * that authorises per route. Borrowed; valid until the reply. */
+const char *st_http_req_method(const st_http_req_t *req);
+const char *st_http_req_route(const st_http_req_t *req);
+
 #endif

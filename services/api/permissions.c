@@ -1,0 +1,267 @@
+/*
+ * permissions.c - route and command -> permission (see permissions.h).
+ *
+ * A caller with an unlimited grant (or admin) passes at once, without reading the
+ * body or the database. Only a caller whose grants are all limited to definitions
+ * (or ACK consumers) makes the request show its target: the path's {name}, the body's
+ * definition or consumer, a list's ?definition=, or, for an instance or task id, one
+ * primary-key lookup of its definition. An id that does not exist (or is no UUID)
+ * passes: the handler answers 404 (or 400) as it would for anyone.
+ */
+#include "permissions.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "strand/pg.h"
+#include "strand/proto/strand.pb-c.h"
+#include "strand/util.h"
+
+#define RULE(m, p, perm, target) {m, p, ST_PERM_##perm, ST_TARGET_##target}
+
+static const st_perm_rule_t route_rules[] = {
+    RULE("GET", "/healthz", ADMIN, PUBLIC),
+    RULE("GET", "/readyz", ADMIN, PUBLIC),
+    RULE("GET", "/metrics", ADMIN, PUBLIC),
+    RULE("GET", "/v1/openapi.json", ADMIN, PUBLIC),
+    RULE("GET", "/v1/schema/definition", DEFINITIONS_READ, ANY),
+    RULE("POST", "/v1/definitions/validate", DEFINITIONS_READ, ANY),
+    RULE("GET", "/v1/definitions", DEFINITIONS_READ, NONE),
+    RULE("GET", "/v1/definitions/{name}", DEFINITIONS_READ, PATH_NAME),
+    RULE("GET", "/v1/definitions/{name}/{version}", DEFINITIONS_READ, PATH_NAME),
+    RULE("GET", "/v1/definitions/{name}/{version}/diagram.svg", DEFINITIONS_READ, PATH_NAME),
+    RULE("POST", "/v1/definitions", DEFINITIONS_WRITE, ARG_NAME),
+    RULE("GET", "/v1/instances", INSTANCES_READ, QUERY_DEFINITION),
+    RULE("GET", "/v1/instances/{id}", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/instances/{id}/history", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/instances/{id}/runtime", INSTANCES_READ, INSTANCE),
+    RULE("POST", "/v1/instances", INSTANCES_START, ARG_DEFINITION),
+    RULE("POST", "/v1/instances/{id}/signals", INSTANCES_SIGNAL, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/rpc/{name}", INSTANCES_SIGNAL, INSTANCE),
+    RULE("POST", "/v1/signals", INSTANCES_SIGNAL, ARG_DEFINITION),
+    RULE("POST", "/v1/instances/{id}/cancel", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/terminate", INSTANCES_TERMINATE, INSTANCE),
+    RULE("GET", "/v1/tasks", TASKS_READ, NONE),
+    RULE("GET", "/v1/tasks/{id}", TASKS_READ, TASK),
+    RULE("POST", "/v1/tasks/{id}/assign", TASKS_ACT, TASK),
+    RULE("POST", "/v1/tasks/{id}/release", TASKS_ACT, TASK),
+    RULE("POST", "/v1/tasks/{id}/complete", TASKS_ACT, TASK),
+    RULE("POST", "/v1/acks", ACKS_SEND, ARG_CONSUMER),
+    RULE("GET", "/v1/dead-letters", DEAD_LETTERS_READ, NONE),
+    RULE("GET", "/v1/dead-letters/{id}", DEAD_LETTERS_READ, NONE),
+    RULE("POST", "/v1/dead-letters/{id}/replay", DEAD_LETTERS_OPERATE, NONE),
+    RULE("POST", "/v1/dead-letters/{id}/discard", DEAD_LETTERS_OPERATE, NONE),
+    RULE("POST", "/v1/triggers", TRIGGERS_SEND, ARG_DEFINITION),
+    RULE("POST", "/v1/retention/run", ADMIN, NONE),
+};
+
+/* The ingress commands, indexed by strand.v1.CommandType; the same rules as the
+ * matching HTTP routes (the envelope's target_id is the path's {id}). */
+static const struct {
+    int type;
+    st_perm_rule_t rule;
+} command_rules[] = {
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, RULE(NULL, "START", INSTANCES_START, ARG_DEFINITION)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, RULE(NULL, "SIGNAL", INSTANCES_SIGNAL, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL_CORRELATED,
+     RULE(NULL, "SIGNAL_CORRELATED", INSTANCES_SIGNAL, ARG_DEFINITION)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_CANCEL, RULE(NULL, "CANCEL", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE,
+     RULE(NULL, "TERMINATE", INSTANCES_TERMINATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, RULE(NULL, "TASK_ASSIGN", TASKS_ACT, TASK)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_RELEASE, RULE(NULL, "TASK_RELEASE", TASKS_ACT, TASK)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE,
+     RULE(NULL, "TASK_COMPLETE", TASKS_ACT, TASK)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK, RULE(NULL, "ACK", ACKS_SEND, ARG_CONSUMER)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER, RULE(NULL, "TRIGGER", TRIGGERS_SEND, ARG_DEFINITION)},
+};
+
+static const char *const sql_instance_definition =
+    "SELECT definition_name FROM strand.instances WHERE id = $1::uuid";
+static const char *const sql_task_definition =
+    "SELECT i.definition_name FROM strand.tasks t JOIN strand.instances i ON i.id = t.instance_id"
+    " WHERE t.id = $1::uuid";
+
+const st_perm_rule_t *st_perm_route_rule(const char *method, const char *pattern)
+{
+    for (size_t i = 0; method && pattern && i < sizeof route_rules / sizeof route_rules[0]; i++)
+        if (strcmp(route_rules[i].method, method) == 0 && strcmp(route_rules[i].pattern, pattern) == 0)
+            return &route_rules[i];
+    return NULL;
+}
+
+const st_perm_rule_t *st_perm_command_rule(int command_type)
+{
+    for (size_t i = 0; i < sizeof command_rules / sizeof command_rules[0]; i++)
+        if (command_rules[i].type == command_type)
+            return &command_rules[i].rule;
+    return NULL;
+}
+
+/* The 403 answer; `limited`: the caller holds the permission for other definitions or
+ * consumers only. */
+static void refuse(st_answer_t *out, const st_perm_rule_t *rule, int limited)
+{
+    if (rule == NULL) {
+        st_answer_problem(out, 403, "forbidden",
+                          "this route has no permission rule; it is refused to every caller",
+                          NULL, NULL);
+        return;
+    }
+    char msg[200];
+    const char *name = st_perm_name(rule->perm);
+    if (!limited)
+        snprintf(msg, sizeof msg, "this operation needs the permission %s", name);
+    else if (rule->target == ST_TARGET_ARG_CONSUMER)
+        snprintf(msg, sizeof msg, "this operation needs the permission %s for this consumer", name);
+    else if (rule->target == ST_TARGET_NONE)
+        snprintf(msg, sizeof msg, "this operation needs the permission %s for every definition",
+                 name);
+    else
+        snprintf(msg, sizeof msg, "this operation needs the permission %s for this definition",
+                 name);
+    st_answer_problem(out, 403, "forbidden", msg, NULL,
+                      json_pack("{s:s}", "required_permission", name));
+}
+
+/* The definition an instance or task id belongs to, into `name` ("" when there is no
+ * such row or the id is no UUID). Returns 0 after setting a 503/500 in `out`. */
+static int lookup_definition(PGconn *conn, const char *sql, const char *id, char *name,
+                             size_t len, st_answer_t *out)
+{
+    name[0] = '\0';
+    if (id == NULL || !st_uuid_valid(id))
+        return 1;
+    PGresult *res = NULL;
+    st_errbuf_t eb;
+    st_err_t err = st_pg_exec(conn, sql, 1, &id, &res, &eb);
+    if (err != ST_OK) {
+        st_answer_error(out, err, &eb);
+        return 0;
+    }
+    if (PQntuples(res) == 1)
+        snprintf(name, len, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return 1;
+}
+
+/* What a request names, for a caller whose grants are limited. */
+typedef struct {
+    const char *name;               /* path {name} */
+    const char *id;                 /* path {id} or the envelope's target_id */
+    const json_t *args;             /* the body or the command's args */
+    const char *query_definition;   /* ?definition= */
+} target_t;
+
+/* Decides for a caller that holds the rule's permission only in limited grants:
+ * 1 allowed, 0 refused or failed (`out` set). `conn` is used only for ids. */
+static int decide_limited(PGconn *conn, const st_principal_t *who, const st_perm_rule_t *rule,
+                          const target_t *t, st_answer_t *out)
+{
+    const char *definition = NULL, *consumer = NULL;
+    char looked_up[256];
+    switch (rule->target) {
+    case ST_TARGET_PUBLIC:
+    case ST_TARGET_ANY:
+        return 1;
+    case ST_TARGET_NONE:
+        break;
+    case ST_TARGET_PATH_NAME:
+        definition = t->name;
+        break;
+    case ST_TARGET_INSTANCE:
+    case ST_TARGET_TASK:
+        if (!lookup_definition(conn, rule->target == ST_TARGET_TASK ? sql_task_definition
+                                                                    : sql_instance_definition,
+                               t->id, looked_up, sizeof looked_up, out))
+            return 0;
+        if (looked_up[0] == '\0')
+            return 1;   /* no such id (or no UUID): the handler's 404 (400) */
+        definition = looked_up;
+        break;
+    case ST_TARGET_ARG_DEFINITION:
+        definition = json_string_value(json_object_get(t->args, "definition"));
+        break;
+    case ST_TARGET_ARG_NAME:
+        definition = json_string_value(json_object_get(t->args, "name"));
+        break;
+    case ST_TARGET_ARG_CONSUMER:
+        consumer = json_string_value(json_object_get(t->args, "consumer"));
+        break;
+    case ST_TARGET_QUERY_DEFINITION:
+        definition = t->query_definition;
+        break;
+    }
+    if ((definition != NULL || consumer != NULL) &&
+        st_principal_may(who, rule->perm, definition, consumer))
+        return 1;
+    refuse(out, rule, 1);
+    return 0;
+}
+
+int st_api_authorize(st_api_t *api, st_http_req_t *req)
+{
+    const st_perm_rule_t *rule = st_perm_route_rule(st_http_req_method(req), st_http_req_route(req));
+    st_holds_t holds = rule ? st_principal_holds(&api->current, rule->perm) : ST_HOLDS_NONE;
+    if (rule != NULL && (rule->target == ST_TARGET_PUBLIC || holds == ST_HOLDS_ALL))
+        return 1;
+    st_answer_t answer = {0};
+    if (holds == ST_HOLDS_NONE) {
+        refuse(&answer, rule, 0);
+        st_api_reply(req, &answer);
+        return 0;
+    }
+    target_t t = {st_http_param(req, "name"), st_http_param(req, "id"), NULL,
+                  st_http_query(req, "definition")};
+    json_t *body = NULL;
+    PGconn *conn = NULL;
+    if (rule->target == ST_TARGET_ARG_DEFINITION || rule->target == ST_TARGET_ARG_NAME ||
+        rule->target == ST_TARGET_ARG_CONSUMER) {
+        body = st_http_body_object(req);   /* the handler reads it again */
+        if (body == NULL)
+            return 0;   /* answered 400/413 */
+        t.args = body;
+    } else if (rule->target == ST_TARGET_INSTANCE || rule->target == ST_TARGET_TASK) {
+        conn = st_api_conn(api, &answer);
+        if (conn == NULL) {
+            st_api_reply(req, &answer);
+            return 0;
+        }
+    }
+    int ok = decide_limited(conn, &api->current, rule, &t, &answer);
+    json_decref(body);
+    if (!ok)
+        st_api_reply(req, &answer);
+    else
+        st_answer_close(&answer);
+    return ok;
+}
+
+int st_api_authorize_command(PGconn *conn, const st_principal_t *who, int command_type,
+                             const char *target_id, const json_t *args, st_answer_t *out)
+{
+    const st_perm_rule_t *rule = st_perm_command_rule(command_type);
+    st_holds_t holds = rule ? st_principal_holds(who, rule->perm) : ST_HOLDS_NONE;
+    if (holds == ST_HOLDS_ALL)
+        return 1;
+    if (holds == ST_HOLDS_NONE) {
+        refuse(out, rule, 0);
+        return 0;
+    }
+    target_t t = {NULL, target_id, args, NULL};
+    return decide_limited(conn, who, rule, &t, out);
+}
+
+int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm,
+                              const char *definition)
+{
+    st_holds_t holds = st_principal_holds(&api->current, perm);
+    if (definition == NULL ? holds != ST_HOLDS_NONE
+                           : st_principal_may(&api->current, perm, definition, NULL))
+        return 1;
+    st_perm_rule_t rule = {NULL, NULL, perm, ST_TARGET_PATH_NAME};
+    st_answer_t answer = {0};
+    refuse(&answer, &rule, holds != ST_HOLDS_NONE);
+    st_api_reply(req, &answer);
+    return 0;
+}
