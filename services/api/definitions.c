@@ -10,7 +10,7 @@
 
 #include "api.h"
 #include "diagram.h"
-#include "result_schema.h"
+#include "strand/result_schema.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/util.h"
