@@ -302,7 +302,7 @@ static int sasl_stack(const char *args)
     const char *src = getenv("STRAND_TEST_SRC_DIR");
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "STRAND_STACK_DIR='%s' STRAND_KAFKA_PORT=%d STRAND_KAFKA_SASL=1 "
+             "STRAND_STACK_DIR='%s' STRAND_KAFKA_PORT=%d STRAND_KAFKA_SASL=1 STRAND_KAFKA_HEAP=384m "
              "STRAND_TOPIC_PREFIX='%s' '%s/scripts/stack.sh' %s",
              sasl_dir, sasl_port, it_topic_prefix(), src ? src : ".", args);
     return system(cmd);
