@@ -13,8 +13,9 @@
 #   STRAND_PG_PORT     PostgreSQL port            (default: 15432)
 #   STRAND_REDIS_PORT  Redis port                 (default: 16379)
 #   STRAND_KAFKA_PORT  Kafka broker port          (default: 19092; controller: +1)
-#   STRAND_KAFKA_SASL  1 = the broker requires SASL/SCRAM-SHA-512 (SASL_PLAINTEXT on
-#                      loopback) and authorizes with ACLs (default: 0, plain, no ACLs).
+#   STRAND_KAFKA_SASL  1 = the broker requires SASL (SCRAM-SHA-512 or PLAIN over
+#                      SASL_PLAINTEXT on loopback) and authorizes with ACLs
+#                      (default: 0, plaintext, no ACLs).
 #                      Chosen when the stack directory's broker is first formatted.
 #   STRAND_TOPIC_PREFIX  topic and consumer-group prefix the ACLs cover (default: strand.)
 # `env` prints the STRAND_* variables that point services at this stack (with SASL:
@@ -112,7 +113,7 @@ kafka_pid=$dir/kafka.pid
 kafka_ready() { port_open "$kafka_port" && grep -q "Kafka Server started" "$dir/logs/kafka.log" 2>/dev/null; }
 
 # SASL mode. The credentials file exists once the broker was formatted with SASL: it
-# holds the passwords of the three SCRAM principals (mode 600):
+# holds the passwords of the three principals (mode 600):
 #   admin   the broker itself (inter-broker, controller) and super user
 #   strand  Strand's services: every <prefix> topic and consumer group
 #   app     applications: produce to <prefix>ingress, consume <prefix>notices and
@@ -185,7 +186,8 @@ CONF
     # can use. The controller listener: PLAIN with a static admin user (SCRAM is not
     # available to the KRaft controller). Authorization: ACLs only.
     local admin_pw; admin_pw=$(sasl_password admin)
-    ( umask 077; cat >>"$kafka_dir/server.properties" <<CONF
+    chmod 600 "$kafka_dir/server.properties"   # it holds passwords from here on
+    ( cat >>"$kafka_dir/server.properties" <<CONF
 sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
