@@ -12,7 +12,9 @@
  * ports, STRAND_KAFKA_SASL=1: SCRAM-SHA-512 and ACLs) and stops at exit: Strand's
  * services run end to end with their SASL principal; the application principal may
  * produce to <prefix>ingress (a START that completes) but is refused <prefix>signals
- * (topic authorization failed); a client with a wrong password or none cannot connect.
+ * (topic authorization failed), may read <prefix>notices with a group <prefix>app.* but
+ * not with Strand's group, and may not read <prefix>signals; a client with a wrong
+ * password or none cannot connect.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -461,6 +463,74 @@ static void test_app_principal(void)
     free(victim);
 }
 
+/* Subscribes to `topic` (full name) with consumer group `group` as the app principal
+ * and polls up to 20 s: returns the first error the consumer reports, or NO_ERROR once
+ * it has been assigned partitions (it may read). */
+static rd_kafka_resp_err_t consume_as_app(const char *topic, const char *group)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *mechanism = getenv("STRAND_KAFKA_SASL_MECHANISM");
+    rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "security.protocol", "SASL_PLAINTEXT", errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "sasl.mechanism", mechanism ? mechanism : "SCRAM-SHA-512", errstr,
+                      sizeof errstr);
+    rd_kafka_conf_set(conf, "sasl.username", "app", errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "sasl.password", app_password, errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        rd_kafka_conf_destroy(conf);
+        return RD_KAFKA_RESP_ERR__FAIL;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    time_t deadline = time(NULL) + 20;
+    int done = err != RD_KAFKA_RESP_ERR_NO_ERROR;
+    while (!done && time(NULL) < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (m != NULL) {
+            if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                err = m->err;
+                done = 1;
+            }
+            rd_kafka_message_destroy(m);
+        }
+        rd_kafka_topic_partition_list_t *assigned = NULL;
+        if (!done && rd_kafka_assignment(rk, &assigned) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            done = assigned->cnt > 0;
+            rd_kafka_topic_partition_list_destroy(assigned);
+        }
+    }
+    if (!done)
+        err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return err;
+}
+
+static void test_app_consumers(void)
+{
+    char topic[160], group[160], bad_group[160];
+    const char *prefix = it_topic_prefix();
+    snprintf(group, sizeof group, "%sapp.test", prefix);
+    snprintf(bad_group, sizeof bad_group, "%sexecutor", prefix);
+    snprintf(topic, sizeof topic, "%snotices", prefix);
+    rd_kafka_resp_err_t err = consume_as_app(topic, group);
+    printf("\n  app reads %s as %s: %s\n", topic, group, rd_kafka_err2name(err));
+    CU_ASSERT_EQUAL(err, RD_KAFKA_RESP_ERR_NO_ERROR);
+    err = consume_as_app(topic, bad_group);   /* Strand's group: taking partitions away */
+    printf("  app reads %s as %s: %s\n", topic, bad_group, rd_kafka_err2name(err));
+    CU_ASSERT_EQUAL(err, RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
+    snprintf(topic, sizeof topic, "%ssignals", prefix);
+    err = consume_as_app(topic, group);
+    printf("  app reads %s as %s: %s\n", topic, group, rd_kafka_err2name(err));
+    CU_ASSERT_EQUAL(err, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+}
+
 static void test_stop(void)
 {
     CU_ASSERT_TRUE(it_stop_all());
@@ -484,6 +554,8 @@ int main(void)
         {"the services run end to end with SASL", test_services_work_with_sasl},
         {"the app principal: ingress yes, signals no; no credentials, no connection",
          test_app_principal},
+        {"the app principal reads notices with its own groups only, never signals",
+         test_app_consumers},
         {"stop", test_stop},
     };
     return it_run_suite("kafka_acl", cases, (int)(sizeof cases / sizeof cases[0]));
