@@ -12,7 +12,7 @@
 #include "command_pool.h"
 #include "diagram.h"
 #include "permissions.h"
-#include "result_schema.h"
+#include "strand/result_schema.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/util.h"

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "api.h"
-#include "result_schema.h"
 #include "strand/engine.h"
+#include "strand/result_schema.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"

@@ -130,6 +130,9 @@ static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st
                                     msg->payload, msg->len, &eb);
     if (err == ST_OK && sig != NULL)
         err = st_wakeup_failed_tx(w->conn, sig, cause, reason, attempts, 1, &eb);
+    if (err == ST_OK && sig != NULL && cause == ST_ERR_FORBIDDEN)   /* verify.h: a refusal */
+        err = st_notice_add_tx(w->conn, "SignalRefused", sig->instance_id, sig->signal_id,
+                               reason, NULL, &eb);
     if (err == ST_OK)
         err = st_pg_commit(w->conn, &eb);
     if (err != ST_OK) {
@@ -208,7 +211,8 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
         attempts++;
         st_log_warn("wake-up failed", "instance=%s attempt=%d error=%s: %s", sig.instance_id,
                     attempts, st_err_name(err), eb.msg);
-        if (attempts >= ex->svc->cfg.max_attempts &&
+        /* A refused signal (verify.h) is dead-lettered at once: retrying cannot help. */
+        if ((attempts >= ex->svc->cfg.max_attempts || err == ST_ERR_FORBIDDEN) &&
             dead_letter(w, msg, &sig, err, sig.instance_id, eb.msg, attempts) == ST_OK) {
             commit = 1;
             break;

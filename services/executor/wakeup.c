@@ -2,6 +2,7 @@
 #include "wakeup.h"
 
 #include "effects.h"
+#include "verify.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -519,6 +520,9 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                       "the signal expected another state version", eb);
         goto finish;
     }
+    /* What only the API checked: a forged message is refused here (verify.h). */
+    if ((err = st_verify_signal_tx(conn, sig, eb)) != ST_OK)
+        goto fail;
 
     st_parent_t parent = {0};
     if (!PQgetisnull(state, 0, 8)) {

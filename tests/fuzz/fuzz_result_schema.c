@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "result_schema.h"
+#include "strand/result_schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -147,5 +148,56 @@ static void test_kafka_overrides(void)
     clear_env();
 }
 
+/* Kafka client security: checked at load (clear errors), applied to every client. */
+static void test_kafka_security(void)
+{
+    static const char *const vars[] = {"STRAND_KAFKA_SECURITY_PROTOCOL", "STRAND_KAFKA_SASL_MECHANISM",
+                                       "STRAND_KAFKA_SASL_USERNAME", "STRAND_KAFKA_SASL_PASSWORD",
+                                       "STRAND_KAFKA_SASL_PASSWORD_FILE"};
+    clear_env();
+    st_config_t cfg;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(cfg.kafka_security_protocol, "plaintext");
+    setenv("STRAND_KAFKA_SECURITY_PROTOCOL", "tls", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_KAFKA_SECURITY_PROTOCOL"));
+    setenv("STRAND_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT", 1);
+    setenv("STRAND_KAFKA_SASL_USERNAME", "strand", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);   /* no password */
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_KAFKA_SASL_PASSWORD"));
+    setenv("STRAND_KAFKA_SASL_MECHANISM", "GSSAPI", 1);
+    setenv("STRAND_KAFKA_SASL_PASSWORD", "p", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_KAFKA_SASL_MECHANISM"));
+    unsetenv("STRAND_KAFKA_SASL_MECHANISM");
+    char path[] = "/tmp/strand-test-secret-XXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL(write(fd, "s3cret\n", 7), 7);
+    close(fd);
+    setenv("STRAND_KAFKA_SASL_PASSWORD_FILE", path, 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);   /* both */
+    unsetenv("STRAND_KAFKA_SASL_PASSWORD");
+    CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "api", 8080, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(cfg.kafka_security_protocol, "sasl_plaintext");
+    CU_ASSERT_STRING_EQUAL(cfg.kafka_sasl_mechanism, "SCRAM-SHA-512");
+    CU_ASSERT_STRING_EQUAL(cfg.kafka_sasl_password, "s3cret");
+    rd_kafka_t *producer = NULL;
+    char v[64];
+    CU_ASSERT_EQUAL_FATAL(st_kafka_producer_new(&cfg, NULL, &producer, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "security.protocol", v, sizeof v), "sasl_plaintext");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "sasl.mechanisms", v, sizeof v), "SCRAM-SHA-512");
+    CU_ASSERT_STRING_EQUAL(kafka_setting(producer, "sasl.username", v, sizeof v), "strand");
+    rd_kafka_destroy(producer);
+    unlink(path);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);   /* file gone */
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, path));
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    clear_env();
+}
+
 ST_TEST_MAIN("config", ST_TEST(test_defaults), ST_TEST(test_overrides),
-             ST_TEST(test_rejects_bad_values), ST_TEST(test_kafka_overrides))
+             ST_TEST(test_rejects_bad_values), ST_TEST(test_kafka_overrides),
+             ST_TEST(test_kafka_security))

@@ -1,6 +1,7 @@
 /* config.c - environment-variable configuration (see config.h, docs/configuration.md). */
 #include "strand/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -39,6 +40,70 @@ static st_err_t read_int(const char *name, int def, int min, int max, int *dst,
     return ST_OK;
 }
 
+/* Reads a secret from the file named by `name` (a mounted Secret): the first line,
+ * without its line end. Empty `name`'s value = nothing to read. */
+static st_err_t read_secret_file(const char *name, char *dst, size_t len, st_errbuf_t *eb)
+{
+    const char *path = getenv(name);
+    if (path == NULL || *path == '\0')
+        return ST_OK;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return st_err_set(eb, ST_ERR_CONFIG, "%s: could not read %s: %s", name, path,
+                          strerror(errno));
+    if (fgets(dst, (int)len, f) == NULL)
+        dst[0] = '\0';
+    int more = fgetc(f) != EOF && strchr(dst, '\n') == NULL;
+    fclose(f);
+    dst[strcspn(dst, "\r\n")] = '\0';
+    if (more)
+        return st_err_set(eb, ST_ERR_CONFIG, "%s: the secret in %s is longer than %zu characters",
+                          name, path, len - 2);
+    if (dst[0] == '\0')
+        return st_err_set(eb, ST_ERR_CONFIG, "%s: %s is empty", name, path);
+    return ST_OK;
+}
+
+/* Checks the Kafka security settings: a known protocol (lower-cased in place), and
+ * with SASL a known mechanism, a user name and exactly one of password / password file. */
+static st_err_t check_kafka_security(st_config_t *cfg, st_errbuf_t *eb)
+{
+    for (char *p = cfg->kafka_security_protocol; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    static const char *const protocols[] = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"};
+    int ok = 0;
+    for (int i = 0; i < 4; i++)
+        ok |= strcmp(cfg->kafka_security_protocol, protocols[i]) == 0;
+    if (!ok)
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_KAFKA_SECURITY_PROTOCOL must be plaintext, ssl, sasl_plaintext "
+                          "or sasl_ssl, got \"%s\"", cfg->kafka_security_protocol);
+    const char *file = getenv("STRAND_KAFKA_SASL_PASSWORD_FILE");
+    if (file != NULL && *file != '\0' && cfg->kafka_sasl_password[0] != '\0')
+        return st_err_set(eb, ST_ERR_CONFIG, "set STRAND_KAFKA_SASL_PASSWORD or "
+                          "STRAND_KAFKA_SASL_PASSWORD_FILE, not both");
+    st_err_t err = read_secret_file("STRAND_KAFKA_SASL_PASSWORD_FILE", cfg->kafka_sasl_password,
+                                    sizeof cfg->kafka_sasl_password, eb);
+    if (err != ST_OK)
+        return err;
+    if (strncmp(cfg->kafka_security_protocol, "sasl_", 5) != 0)
+        return ST_OK;
+    static const char *const mechanisms[] = {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"};
+    ok = 0;
+    for (int i = 0; i < 3; i++)
+        ok |= strcmp(cfg->kafka_sasl_mechanism, mechanisms[i]) == 0;
+    if (!ok)
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_KAFKA_SASL_MECHANISM must be SCRAM-SHA-512, SCRAM-SHA-256 or "
+                          "PLAIN, got \"%s\"", cfg->kafka_sasl_mechanism);
+    if (cfg->kafka_sasl_username[0] == '\0' || cfg->kafka_sasl_password[0] == '\0')
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_KAFKA_SECURITY_PROTOCOL=%s needs STRAND_KAFKA_SASL_USERNAME and "
+                          "STRAND_KAFKA_SASL_PASSWORD (or STRAND_KAFKA_SASL_PASSWORD_FILE)",
+                          cfg->kafka_security_protocol);
+    return ST_OK;
+}
+
 st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
                         st_errbuf_t *eb)
 {
@@ -54,6 +119,11 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     STR("STRAND_NODE_ID", host, node_id);
     STR("STRAND_PG_DSN", "host=127.0.0.1 port=5432 dbname=strand user=strand", pg_dsn);
     STR("STRAND_KAFKA_BROKERS", "127.0.0.1:9092", kafka_brokers);
+    STR("STRAND_KAFKA_SECURITY_PROTOCOL", "plaintext", kafka_security_protocol);
+    STR("STRAND_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512", kafka_sasl_mechanism);
+    STR("STRAND_KAFKA_SASL_USERNAME", "", kafka_sasl_username);
+    STR("STRAND_KAFKA_SASL_PASSWORD", "", kafka_sasl_password);
+    STR("STRAND_KAFKA_SSL_CA_FILE", "", kafka_ssl_ca_file);
     STR("STRAND_TOPIC_PREFIX", "strand.", topic_prefix);
     INT("STRAND_TOPIC_PARTITIONS", 8, 1, 4096, topic_partitions);
     INT("STRAND_TOPIC_REPLICATION", 1, 1, 16, topic_replication);
@@ -103,6 +173,8 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
                           cfg->log_level);
     if (cfg->kafka_brokers[0] == '\0')
         return st_err_set(eb, ST_ERR_CONFIG, "STRAND_KAFKA_BROKERS must not be empty");
+    if ((err = check_kafka_security(cfg, eb)) != ST_OK)
+        return err;
     if (cfg->redis_url[0] != '\0' && strncmp(cfg->redis_url, "redis://", 8) != 0)
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_REDIS_URL must look like redis://host:port, got \"%s\"",

@@ -27,6 +27,32 @@ typedef struct {
     const char *key, *value;
 } kafka_setting_t;
 
+/* Applies the client security settings (STRAND_KAFKA_SECURITY_PROTOCOL, SASL user and
+ * password, CA file) to `conf`; plaintext sets nothing. config.c has checked them. */
+static st_err_t apply_security(const st_config_t *cfg, rd_kafka_conf_t *conf, st_errbuf_t *eb)
+{
+    const char *protocol = cfg->kafka_security_protocol;
+    if (protocol[0] == '\0' || strcmp(protocol, "plaintext") == 0)
+        return ST_OK;
+    st_err_t err = conf_set(conf, "security.protocol", protocol, eb);
+    if (err == ST_OK && strncmp(protocol, "sasl_", 5) == 0) {
+        static int warned;   /* once per process; a benign race at worst logs twice */
+        if (strncmp(cfg->kafka_sasl_mechanism, "SCRAM", 5) == 0 && rd_kafka_version() < 0x020601ff &&
+            !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            st_log_warn("this librdkafka cannot use SCRAM with Kafka 4.x brokers",
+                        "librdkafka %s; fixed in 2.6.1 (librdkafka#4895): upgrade it, or use "
+                        "STRAND_KAFKA_SASL_MECHANISM=PLAIN over sasl_ssl", rd_kafka_version_str());
+        err = conf_set(conf, "sasl.mechanism", cfg->kafka_sasl_mechanism, eb);
+        if (err == ST_OK)
+            err = conf_set(conf, "sasl.username", cfg->kafka_sasl_username, eb);
+        if (err == ST_OK)
+            err = conf_set(conf, "sasl.password", cfg->kafka_sasl_password, eb);
+    }
+    if (err == ST_OK && cfg->kafka_ssl_ca_file[0] != '\0')
+        err = conf_set(conf, "ssl.ca.location", cfg->kafka_ssl_ca_file, eb);
+    return err;
+}
+
 /* Builds a client configuration in three layers: `tunables` (Strand's defaults,
  * NULL-terminated), then every STRAND_KAFKA_CONF_* variable (so an operator can change
  * any of them, or add any other property), then `required` (settings Strand's
@@ -41,6 +67,8 @@ static st_err_t base_conf(const st_config_t *cfg, const kafka_setting_t *tunable
     st_err_t err = conf_set(conf, "bootstrap.servers", cfg->kafka_brokers, eb);
     if (err == ST_OK)
         err = conf_set(conf, "client.id", client_id, eb);
+    if (err == ST_OK)
+        err = apply_security(cfg, conf, eb);
     for (const kafka_setting_t *t = tunables; err == ST_OK && t->key != NULL; t++)
         err = conf_set(conf, t->key, t->value, eb);
     static const char prefix[] = "STRAND_KAFKA_CONF_";

@@ -7,6 +7,7 @@
 
 #include "strand/kafka.h"
 #include "strand/outbox.h"
+#include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
 #include "strand/util.h"
 
@@ -122,6 +123,21 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
     return err;
 }
 
+/* strand.control_signals (migration 0016): Strand's record of each signal that ends an
+ * instance. This module owns the table. */
+static const char *const sql_control_record =
+    "INSERT INTO strand.control_signals (signal_id, instance_id, type)"
+    " SELECT $1, $2::uuid, $3 WHERE EXISTS (SELECT 1 FROM strand.instances WHERE id = $2::uuid)"
+    " ON CONFLICT (signal_id) DO NOTHING";
+static const char *const sql_control_take =
+    "DELETE FROM strand.control_signals WHERE signal_id = $1 AND instance_id = $2::uuid"
+    " AND type = $3 RETURNING 1";
+
+int st_signal_needs_record(st_signal_type_t type)
+{
+    return type == ST_SIGNAL_CANCEL || type == ST_SIGNAL_TERMINATE;
+}
+
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
 {
     uint8_t *buf;
@@ -131,5 +147,22 @@ st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t 
         return err;
     err = st_outbox_add_signal_tx(conn, sig->signal_id, sig->instance_id, buf, len, eb);
     free(buf);
+    if (err == ST_OK && st_signal_needs_record(sig->type) && st_uuid_valid(sig->instance_id)) {
+        const char *params[] = {sig->signal_id, sig->instance_id, st_signal_type_name(sig->type)};
+        err = st_pg_exec(conn, sql_control_record, 3, params, NULL, eb);
+    }
+    return err;
+}
+
+st_err_t st_signal_take_record_tx(PGconn *conn, const st_signal_t *sig, int *found,
+                                  st_errbuf_t *eb)
+{
+    const char *params[] = {sig->signal_id, sig->instance_id, st_signal_type_name(sig->type)};
+    PGresult *res = NULL;
+    *found = 0;
+    st_err_t err = st_pg_exec(conn, sql_control_take, 3, params, &res, eb);
+    if (err == ST_OK)
+        *found = PQntuples(res) == 1;
+    PQclear(res);
     return err;
 }

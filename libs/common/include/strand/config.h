@@ -14,6 +14,14 @@ typedef struct {
     char node_id[64];          /* STRAND_NODE_ID, default: host name */
     char pg_dsn[512];          /* STRAND_PG_DSN */
     char kafka_brokers[256];   /* STRAND_KAFKA_BROKERS */
+    /* Kafka client security (docs/configuration.md, docs/operations.md "Kafka security"). */
+    char kafka_security_protocol[32]; /* STRAND_KAFKA_SECURITY_PROTOCOL: plaintext, ssl,
+                                         sasl_plaintext, sasl_ssl */
+    char kafka_sasl_mechanism[32];    /* STRAND_KAFKA_SASL_MECHANISM */
+    char kafka_sasl_username[256];    /* STRAND_KAFKA_SASL_USERNAME */
+    char kafka_sasl_password[512];    /* STRAND_KAFKA_SASL_PASSWORD or the content of
+                                         STRAND_KAFKA_SASL_PASSWORD_FILE; never logged */
+    char kafka_ssl_ca_file[512];      /* STRAND_KAFKA_SSL_CA_FILE: broker CA (ssl modes) */
     char topic_prefix[64];     /* STRAND_TOPIC_PREFIX */
     int topic_partitions;      /* STRAND_TOPIC_PARTITIONS */
     int topic_replication;     /* STRAND_TOPIC_REPLICATION */

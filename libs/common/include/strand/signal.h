@@ -61,7 +61,20 @@ st_err_t st_signal_encode(const st_signal_t *sig, uint8_t **buf, size_t *len,
 st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errbuf_t *eb);
 
 /* Encodes `sig` and adds it to the outbox for the signals topic, keyed by instance id.
- * Expects the caller to hold an open transaction on `conn`. */
+ * A signal that ends an instance (st_signal_needs_record()) is also recorded in
+ * strand.control_signals, the proof that Strand sent it. Expects the caller to hold an
+ * open transaction on `conn`. */
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
+
+/* 1 for the signal types the executor applies only with Strand's record of them
+ * (CANCEL, TERMINATE): nothing but Strand's own services may end an instance, so a
+ * message produced straight onto the signals topic cannot. */
+int st_signal_needs_record(st_signal_type_t type);
+
+/* Takes (deletes) the record st_signal_enqueue_tx() wrote for `sig`: *found is 1 if it
+ * was there (same signal id, instance and type), else 0. Expects the caller's open
+ * transaction, so a rolled-back wake-up keeps the record. */
+st_err_t st_signal_take_record_tx(PGconn *conn, const st_signal_t *sig, int *found,
+                                  st_errbuf_t *eb);
 
 #endif

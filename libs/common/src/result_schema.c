@@ -1,5 +1,5 @@
 /* result_schema.c - task result schemas (see result_schema.h). */
-#include "result_schema.h"
+#include "strand/result_schema.h"
 
 #include <math.h>
 #include <stdarg.h>

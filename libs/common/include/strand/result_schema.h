@@ -7,8 +7,8 @@
  * (boolean or a schema), items, minItems, maxItems, minLength, maxLength, minimum,
  * maximum. Other keywords (title, description, ...) are ignored. Nesting is bounded.
  */
-#ifndef STRAND_API_RESULT_SCHEMA_H
-#define STRAND_API_RESULT_SCHEMA_H
+#ifndef STRAND_RESULT_SCHEMA_H
+#define STRAND_RESULT_SCHEMA_H
 
 #include <jansson.h>
 #include <stddef.h>
