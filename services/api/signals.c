@@ -28,6 +28,14 @@ static const char *const sql_instances_by_ref =
     " AND ($2::text IS NULL OR definition_name = $2)"
     " AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
     " ORDER BY created_at LIMIT 2";
+/* The request-id scope of a signal type (request.h). */
+static const char *request_scope(st_signal_type_t type)
+{
+    return type == ST_SIGNAL_CANCEL      ? ST_REQUEST_CANCEL
+           : type == ST_SIGNAL_TERMINATE ? ST_REQUEST_TERMINATE
+                                         : ST_REQUEST_SIGNAL;
+}
+
 /* Enqueues `sig` in one transaction, with an optional idempotency key: the request id
  * is claimed per (instance, signal name) - a queue message id per queue - or per
  * instance for a cancel or terminate (request.h). Answers 202 (or 200 for a repeated
@@ -37,11 +45,9 @@ static void enqueue(PGconn *conn, st_signal_t *sig, const char *request_id, st_a
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK && request_id != NULL) {
-        const char *scope = sig->type == ST_SIGNAL_CANCEL      ? ST_REQUEST_CANCEL
-                            : sig->type == ST_SIGNAL_TERMINATE ? ST_REQUEST_TERMINATE
-                                                               : ST_REQUEST_SIGNAL;
         int fresh = 0;
-        err = st_request_claim_tx(conn, scope, sig->instance_id, sig->name, request_id,
+        err = st_request_claim_tx(conn, request_scope(sig->type), sig->instance_id, sig->name,
+                                  request_id,
                                   sig->instance_id, &fresh, NULL, &eb);
         if (err == ST_OK && !fresh) {
             st_pg_rollback(conn);
@@ -124,6 +130,21 @@ static int instance_open(PGconn *conn, const char *id, st_answer_t *out)
     return ok;
 }
 
+/* If `request_id` was claimed before for (instance, name), replaces the answer in `out`
+ * with 200 duplicate; otherwise leaves `out` as it is. */
+static void answer_if_duplicate(PGconn *conn, const char *id, st_signal_type_t type,
+                                const char *name, const char *request_id, st_answer_t *out)
+{
+    int found = 0;
+    st_errbuf_t eb;
+    if (st_request_find(conn, request_scope(type), id, name ? name : "", request_id, &found,
+                        NULL, &eb) != ST_OK || !found)
+        return;
+    st_answer_close(out);
+    memset(out, 0, sizeof *out);
+    st_answer_set(out, 200, json_pack("{s:s, s:b}", "instance_id", id, "duplicate", 1));
+}
+
 /* The signal, cancel and terminate commands share this. */
 static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
                               st_signal_type_t type, st_answer_t *out)
@@ -134,9 +155,15 @@ static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
     }
     const char *name = NULL, *request_id = NULL;
     json_t *payload = NULL;
-    if (!parse_signal_args(args, type == ST_SIGNAL_EXTERNAL, &name, &payload, &request_id, out) ||
-        !instance_open(conn, id, out))
+    if (!parse_signal_args(args, type == ST_SIGNAL_EXTERNAL, &name, &payload, &request_id, out))
         return;
+    if (!instance_open(conn, id, out)) {
+        /* A retry of a request that was accepted gets the same answer after the instance
+         * ended too (the first may have ended it): 200 duplicate, not 409. */
+        if (request_id != NULL && out->status == 409)
+            answer_if_duplicate(conn, id, type, name, request_id, out);
+        return;
+    }
     st_signal_t sig;
     st_signal_init(&sig, type, id, -1);
     if (name != NULL)

@@ -20,7 +20,7 @@
 #include "st_test.h"
 
 static char suffix[48];
-static char parent_name[80], child_name[80], retry_name[80];
+static char parent_name[80], child_name[80], retry_name[80], signal_name[80];
 
 /* Waits for the instance's open task; returns its id (caller frees) or NULL. */
 static char *wait_task(const char *instance_id, int timeout_s)
@@ -109,6 +109,12 @@ static void test_setup(void)
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"gave_up\":\"state.gave_up\","
              "  \"attempts\":\"state.flaky.attempts\"}}]}",
              retry_name);
+    import(doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"by\":\"state.go.by\"}}]}",
+             signal_name);
     import(doc);
 }
 
@@ -200,6 +206,44 @@ static void test_cancel_waiting_instance(void)
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{}}", NULL), 409);
     free(task);
+    free(id);
+}
+
+/* A client that retries a request whose answer it lost (same request_id) gets the same
+ * answer, also when the first request ended the instance: 200 duplicate, not 409. A
+ * new request id on the ended instance is still refused. */
+static void test_retry_after_end_is_a_duplicate(void)
+{
+    char path[160];
+    char *id = start(signal_name, "{}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    const char *body = "{\"name\":\"go\",\"payload\":{\"by\":\"first\"},\"request_id\":\"go-1\"}";
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, body, NULL), 202);
+    json_t *done = it_wait_instance(id, "completed", 30);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, body, &answer), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path,
+                            "{\"name\":\"go\",\"request_id\":\"go-2\"}", NULL), 409);
+    free(id);
+
+    /* the same for a cancel that ended the instance */
+    id = start(signal_name, "{}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"request_id\":\"stop-1\"}", NULL), 202);
+    done = it_wait_instance(id, "cancelled", 30);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    answer = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"request_id\":\"stop-1\"}", &answer), 200);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(answer, "duplicate")));
+    json_decref(answer);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"request_id\":\"stop-2\"}", NULL), 409);
     free(id);
 }
 
@@ -407,11 +451,13 @@ int main(void)
     snprintf(parent_name, sizeof parent_name, "order-%s", suffix);
     snprintf(child_name, sizeof child_name, "double-%s", suffix);
     snprintf(retry_name, sizeof retry_name, "retry-%s", suffix);
+    snprintf(signal_name, sizeof signal_name, "signal-%s", suffix);
     static const it_case_t cases[] = {
         {"setup", test_setup},
         {"call, task, buffered signal, timer, parallel subworkflow", test_full_flow},
         {"call retries with backoff, then the failure path", test_call_retries_then_failure_path},
         {"cancel a waiting instance", test_cancel_waiting_instance},
+        {"a retry after the end is a duplicate", test_retry_after_end_is_a_duplicate},
         {"stale signals change nothing", test_stale_signals_change_nothing},
         {"long poll woken by a Redis hint", test_long_poll_woken_by_hint},
         {"a start that waits for its first wake-up", test_start_and_wait},
