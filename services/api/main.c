@@ -121,7 +121,7 @@ static int read_command_workers(int *out)
 
 void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb)
 {
-    if (strstr(eb->msg, "statement timeout") != NULL) {
+    if (err == ST_ERR_TIMEOUT) {   /* 57014: the session's statement_timeout fired */
         st_log_warn("request exceeded the time limit", "%s", eb->msg);
         char msg[160];
         snprintf(msg, sizeof msg, "the request took longer than the limit of %d ms; retry later",

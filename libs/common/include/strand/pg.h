@@ -12,15 +12,20 @@
 
 #include "strand/err.h"
 
+/* The one SQLSTATE -> st_err_t table: ST_ERR_TIMEOUT (57014, statement_timeout),
+ * ST_ERR_SERIALIZATION (40001, 40P01), ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other
+ * class 22/23), ST_ERR_DB (NULL = no server answer, class 08 and the rest of 57),
+ * ST_ERR_INTERNAL (anything else). */
+st_err_t st_pg_sqlstate_err(const char *state);
+
 /* Opens a connection (application_name = `app`). On success *out is owned by the
  * caller (close with PQfinish()). Fails with ST_ERR_DB and libpq's message. */
 st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf_t *eb);
 
 /* Runs one parameterised statement. `params` are text values (NULL = SQL NULL).
  * If `res` is not NULL it receives the result (caller frees with PQclear());
- * otherwise the result is freed here. Errors: ST_ERR_SERIALIZATION (40001, 40P01),
- * ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other class 22/23), ST_ERR_DB (connection
- * lost), ST_ERR_INTERNAL (anything else), with the server's message in `eb`. */
+ * otherwise the result is freed here. Errors as st_pg_sqlstate_err() maps them, with
+ * the server's message in `eb` (a description only: callers decide on the code). */
 st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                     PGresult **res, st_errbuf_t *eb);
 
