@@ -290,13 +290,9 @@ static int runner_pg(st_dispatcher_t *d)
         return 1;
     if (st_mono_s() < d->next_connect_try)
         return 0;
-    if (d->conn != NULL)
-        PQfinish(d->conn);
-    d->conn = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(d->svc->cfg.pg_dsn, "strand-calls", &d->conn, &eb) != ST_OK) {
+    if (st_pg_reconnect(&d->conn, d->svc->cfg.pg_dsn, "strand-calls", NULL, &eb) != ST_OK) {
         st_log_warn("call runner could not connect to PostgreSQL", "%s", eb.msg);
-        d->conn = NULL;
         d->next_connect_try = st_mono_s() + REPORT_RETRY_S;
         return 0;
     }

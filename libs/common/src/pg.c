@@ -701,12 +701,20 @@ void st_pg_rollback(PGconn *conn)
     }
 }
 
-int st_pg_ensure(PGconn *conn)
+st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
+                         st_pg_setup_fn setup, st_errbuf_t *eb)
 {
-    if (PQstatus(conn) == CONNECTION_OK)
-        return 1;
-    PQreset(conn);
-    return PQstatus(conn) == CONNECTION_OK;
+    if (*slot != NULL && PQstatus(*slot) == CONNECTION_OK)
+        return ST_OK;
+    if (*slot != NULL)
+        PQfinish(*slot);
+    *slot = NULL;
+    st_err_t err = st_pg_connect(dsn, app, slot, eb);
+    if (err == ST_OK && setup != NULL && (err = setup(*slot, eb)) != ST_OK) {
+        PQfinish(*slot);
+        *slot = NULL;
+    }
+    return err;
 }
 
 st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb)

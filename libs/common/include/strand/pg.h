@@ -71,8 +71,16 @@ st_err_t st_pg_exec_commit(PGconn *conn, const char *sql, int nparams,
  * the next statement). */
 void st_pg_rollback(PGconn *conn);
 
-/* True if the connection is up; tries one reset if it is not. */
-int st_pg_ensure(PGconn *conn);
+/* Applies a service's session settings (SET ...) to a new connection. */
+typedef st_err_t (*st_pg_setup_fn)(PGconn *conn, st_errbuf_t *eb);
+
+/* The one reconnect of every service's connection slot: ST_OK at once while `*slot` is
+ * up; otherwise closes it, connects anew as `app` and runs `setup` (NULL: none) on the
+ * new session, so that session settings survive a server restart (PQreset would drop
+ * them). On failure *slot is NULL and the error is returned. `*slot` stays owned by the
+ * caller (PQfinish). */
+st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
+                         st_pg_setup_fn setup, st_errbuf_t *eb);
 
 /* One migration file, embedded in the binary at build time. */
 typedef struct {
