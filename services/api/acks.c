@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/history.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
@@ -42,8 +43,6 @@ static const char *const sql_ack_retry =
 static const char *const sql_ack_failed =
     "UPDATE strand.acks SET stage = 'failed', outcome = 'failed', error = $3, message = $4,"
     " due_at = NULL, updated_at = now() WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'ack', $2::jsonb)";
 
 static const char *optional_string(const json_t *args, const char *key, int *bad)
 {
@@ -149,11 +148,8 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
             json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "ack_guid", guid,
                                        "consumer", consumer, "stage", stage, "outcome", outcome,
                                        "now", now_stage, "by", who->name);
-            char *text = json_dumps(detail, JSON_COMPACT);
+            err = st_history_add_tx(conn, instance, "ack", detail, &eb);
             json_decref(detail);
-            const char *hp[] = {instance, text};
-            err = st_pg_exec(conn, sql_history_insert, 2, hp, NULL, &eb);
-            free(text);
         }
         /* A call's result goes back to the waiting instance. */
         if (err == ST_OK && is_call && (strcmp(now_stage, "done") == 0 ||

@@ -14,6 +14,7 @@
 #include "strand/engine.h"
 #include "command_pool.h"
 #include "wait_loop.h"
+#include "strand/history.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/tree.h"
@@ -76,9 +77,6 @@ static const char *const sql_reuse_terminate_rs =
     " waiting_token = NULL, waiting_until = NULL,"
     " snapshot = CASE WHEN snapshot IS NULL THEN NULL ELSE jsonb_set(snapshot, '{status}', '\"terminated\"') END"
     " WHERE instance_id = $1::uuid";
-static const char *const sql_reuse_history =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'terminated',"
-    " jsonb_build_object('reason', 'id_reuse_policy', 'replaced_by', $2::text))";
 
 int st_api_status_ended(const char *status)
 {
@@ -129,8 +127,12 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
         if (err == ST_OK)
             err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
-        if (err == ST_OK)
-            err = st_pg_exec(conn, sql_reuse_history, 2, h_params, NULL, eb);
+        if (err == ST_OK) {
+            json_t *detail = json_pack("{s:s, s:s}", "reason", "id_reuse_policy",
+                                       "replaced_by", h_params[1]);
+            err = st_history_add_tx(conn, h_params[0], "terminated", detail, eb);
+            json_decref(detail);
+        }
         /* ...and its end reaches what it owns: tasks, pending calls, children */
         if (err == ST_OK)
             err = st_tree_end_tx(conn, PQgetvalue(res, i, 0), "terminated", eb);

@@ -11,6 +11,7 @@
 
 #include "strand/engine.h"
 #include "strand/globals.h"
+#include "strand/history.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/notice.h"
@@ -156,24 +157,17 @@ static const char *const sql_run_persist =
     " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
     "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
     "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)),"
-    " h AS (INSERT INTO strand.history (instance_id, kind, detail)"
+    " h AS (" ST_HISTORY_INSERT
     "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
     " SELECT CASE WHEN (SELECT count(*) FROM rs) = 1 THEN 1 ELSE"
     "   (SELECT 'runtime state of ' || $1 || ' changed under its lock (' || count(*)"
     "    || ' rows at version ' || $2 || ')' FROM rs)::int END";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
-
+/* Queues a timeline entry (strand.history's owner: history.c); steals `detail`. */
 static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char *kind,
                                json_t *detail, st_errbuf_t *eb)
 {
-    char *text = json_dumps(detail, JSON_COMPACT);
+    st_err_t err = st_history_queue_tx(conn, instance_id, kind, detail, eb);
     json_decref(detail);
-    if (text == NULL)
-        return st_err_set(eb, ST_ERR_NOMEM, "could not encode history");
-    const char *params[] = {instance_id, kind, text};
-    st_err_t err = st_pg_queue_bin(conn, sql_history_insert, 3, params, NULL, NULL, eb);
-    free(text);
     return err;
 }
 

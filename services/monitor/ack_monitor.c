@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "strand/due_loop.h"
+#include "strand/history.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -50,8 +51,6 @@ static const char *const sql_next_due =
     " FROM strand.acks WHERE due_at IS NOT NULL";
 static const char *const sql_pending =
     "SELECT count(*) FROM strand.acks WHERE due_at IS NOT NULL";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
 
 /* Enqueues a failed CALL_RESULT for the wait `token` of `instance`. */
 static st_err_t resume_call_tx(st_ack_monitor_t *m, const char *instance, const char *token,
@@ -126,10 +125,7 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         err = st_notice_add_tx(m->conn, code, instance, NULL, code, detail, eb);
     if (err == ST_OK) {
         json_object_set_new(detail, "notice", json_string(code));
-        char *text = json_dumps(detail, JSON_COMPACT);
-        const char *hp[] = {instance, history_kind, text};
-        err = st_pg_exec(m->conn, sql_history_insert, 3, hp, NULL, eb);
-        free(text);
+        err = st_history_add_tx(m->conn, instance, history_kind, detail, eb);
     }
     json_decref(detail);
     PQfreemem(envelope);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/history.h"
 #include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -18,8 +19,6 @@ static const char *const sql_ack_insert =
     "INSERT INTO strand.acks (ack_guid, consumer, due_at, delivery_timeout_s,"
     " processing_timeout_s, max_raises)"
     " VALUES ($1::uuid, $2, now() + make_interval(secs => $3::int), $3, $4, $5)";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'work_raised', $2::jsonb)";
 
 /* Reads one consumer entry; returns 0 if it is malformed. */
 static int consumer_settings(const json_t *item, const char **name, int *delivery,
@@ -110,11 +109,8 @@ st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[
     if (err == ST_OK) {
         json_t *detail = json_pack("{s:s, s:s, s:s, s:O}", "ack_guid", ack_guid, "kind", ev->kind,
                                    "event_code", ev->event_code, "consumers", ev->consumers);
-        char *text = json_dumps(detail, JSON_COMPACT);
+        err = st_history_add_tx(conn, ev->instance_id, "work_raised", detail, eb);
         json_decref(detail);
-        const char *hparams[] = {ev->instance_id, text};
-        err = st_pg_exec(conn, sql_history_insert, 2, hparams, NULL, eb);
-        free(text);
     }
     if (err == ST_OK)
         err = st_pg_exec(conn, "NOTIFY " ST_WORK_CHANNEL, 0, NULL, NULL, eb);
