@@ -2,7 +2,7 @@
  * request.h - idempotency keys (strand.requests): a caller's request id, claimed once
  * per scope, so that a retried request changes nothing.
  *
- * A key is unique within (scope, owner, name) - ARCHITECTURE.md invariant 13,
+ * A key is unique within (scope, owner, name) - docs/architecture.md invariant 13,
  * "idempotency is scoped to what it protects":
  *   ST_REQUEST_START     ("", "")                       a start
  *   ST_REQUEST_SIGNAL    (instance id, signal name)     a signal or queue message
