@@ -16,6 +16,7 @@
 #include "wait_loop.h"
 #include "strand/history.h"
 #include "strand/pg.h"
+#include "strand/request.h"
 #include "strand/signal.h"
 #include "strand/tree.h"
 #include "strand/util.h"
@@ -23,11 +24,6 @@
 static const char *const sql_definition_latest =
     "SELECT version, canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-static const char *const sql_request_claim =
-    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('start', $1, $2::uuid)"
-    " ON CONFLICT (scope, scope_owner, scope_name, request_id) DO NOTHING RETURNING 1";
-static const char *const sql_request_get =
-    "SELECT instance_id FROM strand.requests WHERE scope = 'start' AND request_id = $1";
 /* The instance and its runtime state (version 0) in one round trip, answering with the
  * columns of sql_instance_get. */
 static const char *const sql_instance_insert =
@@ -341,22 +337,23 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
     PQclear(res);
     res = NULL;
     if (request_id != NULL) {
-        const char *claim_params[] = {request_id, id};
-        if ((err = st_pg_exec(conn, sql_request_claim, 2, claim_params, &res, &eb)) != ST_OK)
+        int fresh = 0, found = 0;
+        char prior[37] = "";
+        if ((err = st_request_claim_tx(conn, ST_REQUEST_START, "", "", request_id, id, &fresh,
+                                       prior, &eb)) != ST_OK)
             goto done;
-        if (PQntuples(res) == 0) {
-            /* A retry of an earlier start: answer with that instance, change nothing. */
-            PQclear(res);
-            res = NULL;
-            if ((err = st_pg_exec(conn, sql_request_get, 1, claim_params, &res, &eb)) != ST_OK)
+        if (!fresh) {
+            /* A retry of an earlier start: answer with that instance, change nothing. A
+             * claim committed while ours waited is not in our snapshot: look again. */
+            if (prior[0] == '\0' &&
+                (err = st_request_find(conn, ST_REQUEST_START, "", "", request_id, &found, prior,
+                                       &eb)) != ST_OK)
                 goto done;
-            snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+            snprintf(id, sizeof id, "%s", prior);
             st_pg_rollback(conn);
             answer_instance(out, conn, id, 200);
             goto done;
         }
-        PQclear(res);
-        res = NULL;
     }
     if (business_ref != NULL &&
         ((err = reuse_check_tx(conn, definition, policy, business_ref, id, out, &eb)) != ST_OK ||
