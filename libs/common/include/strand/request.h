@@ -38,6 +38,13 @@ st_err_t st_request_claim_tx(PGconn *conn, const char *scope, const char *owner,
                              const char *instance_id, int *fresh, char *prior_instance,
                              st_errbuf_t *eb);
 
+/* The retention run's part, for its one statement (a CTE body): deletes the keys
+ * recorded for the instances in the CTE named `batch` (column id) unless `dry`, a
+ * boolean SQL expression. Both are SQL text literals. */
+#define ST_REQUEST_PURGE_SQL(batch, dry)                                                  \
+    "DELETE FROM strand.requests r USING " batch " b WHERE NOT " dry                      \
+    " AND r.instance_id = b.id RETURNING 1"
+
 /* Like st_request_claim_tx() without claiming: sets *found, and `instance` (37 bytes,
  * may be NULL) to the instance the claim recorded ("" for none). Runs in the caller's
  * transaction if one is open. */
