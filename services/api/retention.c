@@ -15,6 +15,7 @@
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/request.h"
+#include "strand/timer.h"
 
 #define DEFAULT_LIMIT 10000
 #define MAX_LIMIT 100000
@@ -28,8 +29,7 @@ static const char *const sql_retention_run =
     "    AND ended_at < now() - make_interval(secs => $1::bigint)"
     "  ORDER BY ended_at LIMIT $2::int + 1),"
     " batch AS (SELECT id FROM victims LIMIT $2::int),"
-    " del_timers AS (DELETE FROM strand.timers t USING batch b"
-    "   WHERE NOT $3::boolean AND t.instance_id = b.id RETURNING 1),"
+    " del_timers AS (" ST_TIMER_PURGE_SQL("batch", "$3::boolean") "),"
     " del_processed AS (DELETE FROM strand.processed_signals p USING batch b"
     "   WHERE NOT $3::boolean AND p.instance_id = b.id RETURNING 1),"
     " del_requests AS (" ST_REQUEST_PURGE_SQL("batch", "$3::boolean") "),"
