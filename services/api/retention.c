@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/dedup.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/request.h"
@@ -30,8 +31,7 @@ static const char *const sql_retention_run =
     "  ORDER BY ended_at LIMIT $2::int + 1),"
     " batch AS (SELECT id FROM victims LIMIT $2::int),"
     " del_timers AS (" ST_TIMER_PURGE_SQL("batch", "$3::boolean") "),"
-    " del_processed AS (DELETE FROM strand.processed_signals p USING batch b"
-    "   WHERE NOT $3::boolean AND p.instance_id = b.id RETURNING 1),"
+    " del_processed AS (" ST_DEDUP_PURGE_SQL("batch", "$3::boolean") "),"
     " del_requests AS (" ST_REQUEST_PURGE_SQL("batch", "$3::boolean") "),"
     " del_instances AS (DELETE FROM strand.instances i USING batch b"
     "   WHERE NOT $3::boolean AND i.id = b.id RETURNING 1),"
