@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "strand/pg.h"
+#include "strand/task.h"
 
 /* One round trip: cancels the instance's open tasks (each with a task event), its
  * pending calls, and the ACKs still awaited for its Kafka-transport calls (stage
@@ -13,11 +14,7 @@
  * children that have not ended, with the token each was started for. $2 NULL:
  * everything; else only what the wait $2 owns. */
 static const char *const sql_tree_end =
-    "WITH t AS (UPDATE strand.tasks SET status = 'cancelled'"
-    "   WHERE instance_id = $1::uuid AND status IN ('open', 'assigned')"
-    "   AND ($2::text IS NULL OR waiting_token = $2) RETURNING id),"
-    " e AS (INSERT INTO strand.task_events (task_id, kind, detail)"
-    "   SELECT id, 'cancelled', $3::jsonb FROM t),"
+    "WITH " ST_TASK_CANCEL_CTES("$1::uuid", "$2", "$3::jsonb") ","
     " c AS (UPDATE strand.calls SET status = 'cancelled', updated_at = now()"
     "   WHERE instance_id = $1::uuid AND status = 'pending'"
     "   AND ($2::text IS NULL OR waiting_token = $2)),"
