@@ -35,17 +35,6 @@ static const char *const sql_due_claim =
     " w.kind, w.waiting_token"
     " FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     " WHERE a.due_at <= now() ORDER BY a.due_at LIMIT 200 FOR UPDATE OF a SKIP LOCKED";
-static const char *const sql_ack_reraised =
-    "UPDATE strand.acks SET raises = raises + 1, updated_at = now(),"
-    " due_at = now() + make_interval(secs => delivery_timeout_s * power(2, least(raises + 1, 6)))"
-    " WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_reminded =
-    "UPDATE strand.acks SET reminders = reminders + 1, updated_at = now(),"
-    " due_at = now() + make_interval(secs => processing_timeout_s * power(2, least(reminders + 1, 6)))"
-    " WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_give_up =
-    "UPDATE strand.acks SET stage = 'failed', due_at = NULL, updated_at = now(),"
-    " error = coalesce(error, $3) WHERE ack_guid = $1::uuid AND consumer = $2";
 static const char *const sql_next_due =
     "SELECT (extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
     " FROM strand.acks WHERE due_at IS NOT NULL";
@@ -82,7 +71,6 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
     unsigned char *envelope = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 9), &len);
     if (envelope == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not read a work event");
-    const char *params[] = {guid, consumer, NULL};
     json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:i}", "ack_guid", guid, "consumer", consumer,
                                "event_code", event_code, "stage", delivery ? "delivery" : "processing",
                                "raises", count + 1);
@@ -91,8 +79,8 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
     if (count < max_raises) {
         err = st_outbox_add_tx(m->conn, ST_TOPIC_WORK, instance, envelope, len, eb);
         if (err == ST_OK)
-            err = st_pg_exec(m->conn, delivery ? sql_ack_reraised : sql_ack_reminded, 2, params,
-                             NULL, eb);
+            err = st_ack_move_tx(m->conn, guid, consumer,
+                                 delivery ? ST_ACK_RERAISED : ST_ACK_REMINDED, NULL, NULL, NULL, eb);
         code = delivery ? "DeliveryRetryRaised" : "ProcessingReminderRaised";
         history_kind = delivery ? "work_reraised" : "work_reminded";
         st_metric_inc(delivery ? m->m_reraised : m->m_reminded);
@@ -100,8 +88,7 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         char reason[200];
         snprintf(reason, sizeof reason, "%s not acknowledged after %d raises",
                  delivery ? "delivery" : "processing", count);
-        params[2] = reason;
-        err = st_pg_exec(m->conn, sql_ack_give_up, 3, params, NULL, eb);
+        err = st_ack_move_tx(m->conn, guid, consumer, ST_ACK_GIVEN_UP, reason, NULL, NULL, eb);
         char topic[128];
         st_dead_letter_source_t src = {st_config_topic(&m->svc->cfg, ST_TOPIC_WORK, topic, sizeof topic),
                                        -1, -1, instance};

@@ -7,6 +7,7 @@
 
 #include "strand/pg.h"
 #include "strand/task.h"
+#include "strand/work.h"
 
 /* One round trip: cancels the instance's open tasks (each with a task event), its
  * pending calls, and the ACKs still awaited for its Kafka-transport calls (stage
@@ -18,10 +19,7 @@ static const char *const sql_tree_end =
     " c AS (UPDATE strand.calls SET status = 'cancelled', updated_at = now()"
     "   WHERE instance_id = $1::uuid AND status = 'pending'"
     "   AND ($2::text IS NULL OR waiting_token = $2)),"
-    " a AS (UPDATE strand.acks SET stage = 'cancelled', due_at = NULL, updated_at = now()"
-    "   WHERE due_at IS NOT NULL AND ack_guid IN (SELECT ack_guid FROM strand.work_events"
-    "   WHERE instance_id = $1::uuid AND kind = 'call'"
-    "   AND ($2::text IS NULL OR waiting_token = $2)))"
+    " a AS (" ST_ACK_CANCEL_CALLS_SQL("$1::uuid", "$2") ")"
     " SELECT id, parent_waiting_token FROM strand.instances"
     " WHERE parent_instance_id = $1::uuid AND ($2::text IS NULL OR parent_waiting_token = $2)"
     " AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')";

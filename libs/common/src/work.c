@@ -119,3 +119,48 @@ st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[
     free(names);
     return err;
 }
+
+st_err_t st_ack_move_tx(PGconn *conn, const char *ack_guid, const char *consumer,
+                        st_ack_move_t move, const char *error, const char *message,
+                        const char *retry_at_ms, st_errbuf_t *eb)
+{
+    /* Parameters: $1 ack_guid, $2 consumer, then as `args` says. */
+    static const struct {
+        const char *sql;
+        const char *args;   /* e: error, m: message, r: retry_at_ms */
+    } moves[] = {
+        [ST_ACK_DELIVERED] = {"UPDATE strand.acks SET stage = 'processing', delivered_at = now(),"
+                              " due_at = now() + make_interval(secs => processing_timeout_s),"
+                              " message = $3, updated_at = now()"
+                              " WHERE ack_guid = $1::uuid AND consumer = $2", "m"},
+        [ST_ACK_PROCESSED] = {"UPDATE strand.acks SET stage = 'done', outcome = 'ok',"
+                              " delivered_at = coalesce(delivered_at, now()), processed_at = now(),"
+                              " due_at = NULL, message = $3, updated_at = now()"
+                              " WHERE ack_guid = $1::uuid AND consumer = $2", "m"},
+        [ST_ACK_RETRY] = {"UPDATE strand.acks SET stage = 'delivery', outcome = 'failed', error = $3,"
+                          " message = $4, retry_at = to_timestamp($5::double precision / 1000.0),"
+                          " due_at = to_timestamp($5::double precision / 1000.0), updated_at = now()"
+                          " WHERE ack_guid = $1::uuid AND consumer = $2", "emr"},
+        [ST_ACK_FAILED] = {"UPDATE strand.acks SET stage = 'failed', outcome = 'failed', error = $3,"
+                           " message = $4, due_at = NULL, updated_at = now()"
+                           " WHERE ack_guid = $1::uuid AND consumer = $2", "em"},
+        [ST_ACK_RERAISED] = {"UPDATE strand.acks SET raises = raises + 1, updated_at = now(),"
+                             " due_at = now() + make_interval(secs => delivery_timeout_s"
+                             " * power(2, least(raises + 1, 6)))"
+                             " WHERE ack_guid = $1::uuid AND consumer = $2", ""},
+        [ST_ACK_REMINDED] = {"UPDATE strand.acks SET reminders = reminders + 1, updated_at = now(),"
+                             " due_at = now() + make_interval(secs => processing_timeout_s"
+                             " * power(2, least(reminders + 1, 6)))"
+                             " WHERE ack_guid = $1::uuid AND consumer = $2", ""},
+        [ST_ACK_GIVEN_UP] = {"UPDATE strand.acks SET stage = 'failed', due_at = NULL, updated_at = now(),"
+                             " error = coalesce(error, $3) WHERE ack_guid = $1::uuid AND consumer = $2",
+                             "e"},
+    };
+    if ((int)move < 0 || (size_t)move >= sizeof moves / sizeof moves[0])
+        return st_err_set(eb, ST_ERR_INVALID, "unknown ACK move %d", (int)move);
+    const char *params[5] = {ack_guid, consumer};
+    int n = 2;
+    for (const char *a = moves[move].args; *a; a++)
+        params[n++] = *a == 'e' ? error : *a == 'm' ? message : retry_at_ms;
+    return st_pg_exec(conn, moves[move].sql, n, params, NULL, eb);
+}
