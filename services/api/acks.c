@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/history.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
@@ -27,23 +28,6 @@ static const char *const sql_ack_lock =
     "SELECT a.stage, w.instance_id, w.kind, w.waiting_token FROM strand.acks a"
     " JOIN strand.work_events w USING (ack_guid)"
     " WHERE a.ack_guid = $1::uuid AND a.consumer = $2 FOR UPDATE OF a";
-static const char *const sql_ack_delivered =
-    "UPDATE strand.acks SET stage = 'processing', delivered_at = now(),"
-    " due_at = now() + make_interval(secs => processing_timeout_s), message = $3,"
-    " updated_at = now() WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_processed =
-    "UPDATE strand.acks SET stage = 'done', outcome = 'ok', delivered_at = coalesce(delivered_at, now()),"
-    " processed_at = now(), due_at = NULL, message = $3, updated_at = now()"
-    " WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_retry =
-    "UPDATE strand.acks SET stage = 'delivery', outcome = 'failed', error = $3, message = $4,"
-    " retry_at = to_timestamp($5::double precision / 1000.0), due_at = to_timestamp($5::double precision / 1000.0),"
-    " updated_at = now() WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_failed =
-    "UPDATE strand.acks SET stage = 'failed', outcome = 'failed', error = $3, message = $4,"
-    " due_at = NULL, updated_at = now() WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'ack', $2::jsonb)";
 
 static const char *optional_string(const json_t *args, const char *key, int *bad)
 {
@@ -125,17 +109,17 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
         if (json_is_integer(retry))
             snprintf(retry_text, sizeof retry_text, "%lld", (long long)json_integer_value(retry));
         if (failed && retry_text[0]) {
-            const char *p[] = {guid, consumer, error, message, retry_text};
-            err = st_pg_exec(conn, sql_ack_retry, 5, p, NULL, &eb);
+            err = st_ack_move_tx(conn, guid, consumer, ST_ACK_RETRY, error, message, retry_text,
+                                 &eb);
             now_stage = "delivery";
         } else if (failed) {
-            const char *p[] = {guid, consumer, error, message};
-            err = st_pg_exec(conn, sql_ack_failed, 4, p, NULL, &eb);
+            err = st_ack_move_tx(conn, guid, consumer, ST_ACK_FAILED, error, message, NULL, &eb);
             now_stage = "failed";
         } else {
-            const char *p[] = {guid, consumer, message};
             int delivered = strcmp(stage, "delivered") == 0;
-            err = st_pg_exec(conn, delivered ? sql_ack_delivered : sql_ack_processed, 3, p, NULL, &eb);
+            err = st_ack_move_tx(conn, guid, consumer,
+                                 delivered ? ST_ACK_DELIVERED : ST_ACK_PROCESSED, NULL, message,
+                                 NULL, &eb);
             now_stage = delivered ? "processing" : "done";
         }
         if (err == ST_OK && failed) {
@@ -149,11 +133,8 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
             json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "ack_guid", guid,
                                        "consumer", consumer, "stage", stage, "outcome", outcome,
                                        "now", now_stage, "by", who->name);
-            char *text = json_dumps(detail, JSON_COMPACT);
+            err = st_history_add_tx(conn, instance, "ack", detail, &eb);
             json_decref(detail);
-            const char *hp[] = {instance, text};
-            err = st_pg_exec(conn, sql_history_insert, 2, hp, NULL, &eb);
-            free(text);
         }
         /* A call's result goes back to the waiting instance. */
         if (err == ST_OK && is_call && (strcmp(now_stage, "done") == 0 ||

@@ -18,25 +18,9 @@
 #include "strand/http.h"
 #include "strand/service.h"
 
+#include "answer.h"
+
 typedef struct st_api st_api_t;
-
-/* ---- answers ---------------------------------------------------------------------- */
-
-typedef struct {
-    int status;        /* 0 until set */
-    json_t *body;      /* owned */
-} st_answer_t;
-
-/* Sets the answer; steals `body`. */
-void st_answer_set(st_answer_t *a, int status, json_t *body);
-/* Sets a problem answer {status, code, message, field?}; `extra` (may be NULL) is
- * merged into the body and stolen. */
-void st_answer_problem(st_answer_t *a, int status, const char *code, const char *message,
-                       const char *field, json_t *extra);
-/* Sets the answer for a failed database path: 503 for retryable errors, else 500. */
-void st_answer_error(st_answer_t *a, st_err_t err, const st_errbuf_t *eb);
-/* Releases the body. */
-void st_answer_close(st_answer_t *a);
 
 /* ---- commands (api_commands: instances.c, signals.c, tasks.c) ---------------------- */
 
@@ -75,7 +59,7 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *id, const j
 void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *id,
                           const json_t *args, st_answer_t *out);
 
-/* ---- HTTP (main.c) ------------------------------------------------------------------ */
+/* ---- the service and its routes ------------------------------------------------------------------ */
 
 #define ST_API_MAX_COMMAND_ROUTES 16
 
@@ -96,47 +80,27 @@ struct st_api {
     int nroutes;
 };
 
-/* A PostgreSQL timestamptz text ("2026-11-24 02:09:19.379597+00") as RFC 3339 in
- * UTC ("2026-11-24T02:09:19.379597Z"), written into `out`; returns `out`. Text it
- * does not recognise (infinity) is copied as it is. */
-const char *st_api_rfc3339(const char *pg, char *out, size_t len);
-/* Column `col` of a timestamptz as a JSON string in RFC 3339 UTC, or JSON null.
- * Every time in an API answer goes through here. Caller owns the reference. */
-json_t *st_api_time_json(PGresult *res, int row, int col);
-/* The SQL expression for a timestamptz inside jsonb built by a query, in RFC 3339 UTC
- * like st_api_time_json() (`x` is the column). */
-#define ST_API_SQL_TIME(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-
-/* The request time limit (STRAND_API_REQUEST_TIMEOUT_MS, default 10000): every
- * statement of an API or ingress connection is cancelled past it, and the request
- * answers 503 request_timeout. */
-extern int st_api_request_timeout_ms;
-/* Applies the session settings (statement_timeout) to a new connection. */
-st_err_t st_api_session_setup(PGconn *conn, st_errbuf_t *eb);
-
 /* Returns the HTTP thread's live connection, reconnecting if needed; on failure sets a
  * 503 answer and returns NULL. */
-PGconn *st_api_conn(st_api_t *api, st_answer_t *out);
-/* Returns the live connection in `*slot`, (re)connecting to `dsn` with the API's session
- * settings if needed; on failure sets a 503 answer and returns NULL. The connection
- * stays owned by `*slot`; any thread may use this for a slot of its own. */
-PGconn *st_api_connect(PGconn **slot, const char *dsn, st_answer_t *out);
-
-/* Sends the answer (problem+json for >= 400) and releases it. */
-void st_api_reply(st_http_req_t *req, st_answer_t *a);
-
-/* The `limit` query parameter of a list route: `def` when absent, else an integer from
- * 1 to `max`. Returns it, or 0 after setting a 400 invalid_limit problem in `out`. */
-int st_api_page_limit(st_http_req_t *req, int def, int max, st_answer_t *out);
-
-
+static inline PGconn *st_api_conn(st_api_t *api, st_answer_t *out)
+{
+    return st_api_connect(&api->conn, api->svc->cfg.pg_dsn, out);
+}
 /* For read-only HTTP handlers: st_api_conn() that answers the 503 itself. */
-PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req);
-/* For read-only HTTP handlers: st_answer_error() sent at once. */
-void st_api_reply_error(st_http_req_t *req, st_err_t err, const st_errbuf_t *eb);
-
-/* Registers a POST route that runs `cmd` with the JSON body and the {id} parameter. */
+static inline PGconn *st_api_conn_or_reply(st_api_t *api, st_http_req_t *req)
+{
+    st_answer_t answer = {0};
+    PGconn *conn = st_api_conn(api, &answer);
+    if (conn == NULL)
+        st_api_reply(req, &answer);
+    return conn;
+}
+/* Registers a POST route that runs `cmd` with the JSON body and the {id} parameter, on
+ * the command pool (command_pool.c). */
 void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd);
+
+/* Registers every route (routes.c): the one caller of the *_register functions below. */
+void st_api_register_routes(st_api_t *api);
 
 void st_api_definitions_register(st_api_t *api);
 void st_api_instances_register(st_api_t *api);
@@ -151,6 +115,15 @@ void st_api_retention_register(st_api_t *api);
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,
                 const json_t *args, st_answer_t *out);
+
+/* ---- instances.c, for the long polls of wait_loop.c ------------------------------ */
+
+/* Loads the instance's current view into `out` (200, or the error problem; the
+ * caller closes or replies with it) and returns 1 when a long poll should answer
+ * with it: the instance ended, its state_version passed `after_version` (< 0:
+ * always), or the view could not be loaded. One query; used by GET and by hints. */
+int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
+                         st_answer_t *out);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

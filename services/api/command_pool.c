@@ -229,3 +229,25 @@ void st_command_pool_free(st_command_pool_t *pool)
     free(pool->dsn);
     free(pool);
 }
+
+/* ---- POST routes bound to commands ------------------------------------------------ */
+
+static void handle_command(st_http_req_t *req, void *ctx)
+{
+    st_command_route_t *route = ctx;
+    json_t *args = st_http_body_object(req);
+    if (args == NULL)
+        return;
+    st_command_pool_submit(route->api->pool, req, route->cmd, NULL, &route->api->current,
+                           st_http_param(req, "id"), NULL, args, NULL);
+}
+
+void st_api_route_command(st_api_t *api, const char *pattern, st_cmd_fn cmd)
+{
+    if (api->nroutes == ST_API_MAX_COMMAND_ROUTES)
+        abort();   /* a programming error: raise ST_API_MAX_COMMAND_ROUTES */
+    st_command_route_t *route = &api->routes[api->nroutes++];
+    route->api = api;
+    route->cmd = cmd;
+    st_http_route(api->svc->http, "POST", pattern, handle_command, route);
+}

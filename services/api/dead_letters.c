@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "permissions.h"
+#include "strand/notice.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
 
@@ -27,9 +28,6 @@ static const char *const sql_dead_letter_get =
     "SELECT id, source_topic, source_partition, source_offset, instance_id, reason, attempts,"
     " node_id, status, created_at, encode(payload, 'base64') FROM strand.dead_letters"
     " WHERE id = $1::bigint";
-static const char *const sql_dead_letter_claim =
-    "UPDATE strand.dead_letters SET status = $2 WHERE id = $1::bigint AND status = 'open'"
-    " RETURNING source_topic, instance_id, payload";
 
 static json_t *row_to_json(PGresult *res, int row)
 {
@@ -148,43 +146,29 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
     PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
-    const char *params[] = {id, status};
     st_errbuf_t eb;
-    PGresult *res = NULL;
+    st_dead_letter_t letter = {0};
+    int found = 0;
     st_err_t err = st_pg_begin(conn, &eb);
-    if (err == ST_OK) {
-        /* Binary results: the payload comes back as raw bytes. */
-        err = st_pg_exec_format(conn, sql_dead_letter_claim, 2, params, NULL, NULL, 1, &res,
-                                &eb);
-        if (err == ST_OK && PQntuples(res) == 0) {
-            PQclear(res);
-            st_pg_rollback(conn);
-            st_http_reply_problem(req, 409, "dead_letter_not_open",
-                                  "no open dead letter with this id (already replayed or "
-                                  "discarded, or never existed)", NULL, NULL);
-            return;
-        }
+    if (err == ST_OK)
+        err = st_dead_letter_settle_tx(conn, id, status, &found, &letter, &eb);
+    if (err == ST_OK && !found) {
+        st_pg_rollback(conn);
+        st_http_reply_problem(req, 409, "dead_letter_not_open",
+                              "no open dead letter with this id (already replayed or "
+                              "discarded, or never existed)", NULL, NULL);
+        return;
     }
     if (err == ST_OK && strcmp(status, "replayed") == 0) {
         /* The stored topic is the full name; the outbox wants the suffix. */
-        const char *topic = PQgetvalue(res, 0, 0);
+        const char *topic = letter.topic;
         size_t prefix_len = strlen(api->svc->cfg.topic_prefix);
         if (strncmp(topic, api->svc->cfg.topic_prefix, prefix_len) == 0)
             topic += prefix_len;
-        const char *key = PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1);
-        char key_text[40] = "";
-        if (key != NULL && PQgetlength(res, 0, 1) == 16) {
-            /* uuid in binary form: 16 bytes */
-            const unsigned char *b = (const unsigned char *)key;
-            snprintf(key_text, sizeof key_text,
-                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                     b[12], b[13], b[14], b[15]);
-        }
-        err = st_outbox_add_tx(conn, topic, key_text[0] ? key_text : NULL, PQgetvalue(res, 0, 2),
-                               (size_t)PQgetlength(res, 0, 2), &eb);
+        err = st_outbox_add_tx(conn, topic, letter.key[0] ? letter.key : NULL, letter.payload,
+                               letter.len, &eb);
     }
-    PQclear(res);
+    free(letter.payload);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {

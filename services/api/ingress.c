@@ -47,16 +47,9 @@ static st_cmd_fn command_for(Strand__V1__CommandType type)
 
 static int ensure_pg(st_ingress_t *ing)
 {
-    if (ing->conn != NULL && st_pg_ensure(ing->conn)) {
-        __atomic_store_n(&ing->pg_up, 1, __ATOMIC_RELEASE);
-        return 1;
-    }
-    if (ing->conn != NULL)
-        PQfinish(ing->conn);
-    ing->conn = NULL;
     st_errbuf_t eb;
-    int ok = st_pg_connect(ing->svc->cfg.pg_dsn, "strand-ingress", &ing->conn, &eb) == ST_OK &&
-             st_api_session_setup(ing->conn, &eb) == ST_OK;
+    int ok = st_pg_reconnect(&ing->conn, ing->svc->cfg.pg_dsn, "strand-ingress",
+                             st_api_session_setup, &eb) == ST_OK;
     __atomic_store_n(&ing->pg_up, ok, __ATOMIC_RELEASE);
     if (!ok)
         st_log_warn("ingress could not connect to PostgreSQL", "%s", eb.msg);

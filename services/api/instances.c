@@ -14,7 +14,9 @@
 #include "strand/engine.h"
 #include "command_pool.h"
 #include "wait_loop.h"
+#include "strand/history.h"
 #include "strand/pg.h"
+#include "strand/request.h"
 #include "strand/signal.h"
 #include "strand/tree.h"
 #include "strand/util.h"
@@ -22,11 +24,6 @@
 static const char *const sql_definition_latest =
     "SELECT version, canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-static const char *const sql_request_claim =
-    "INSERT INTO strand.requests (scope, request_id, instance_id) VALUES ('start', $1, $2::uuid)"
-    " ON CONFLICT (scope, scope_owner, scope_name, request_id) DO NOTHING RETURNING 1";
-static const char *const sql_request_get =
-    "SELECT instance_id FROM strand.requests WHERE scope = 'start' AND request_id = $1";
 /* The instance and its runtime state (version 0) in one round trip, answering with the
  * columns of sql_instance_get. */
 static const char *const sql_instance_insert =
@@ -76,9 +73,6 @@ static const char *const sql_reuse_terminate_rs =
     " waiting_token = NULL, waiting_until = NULL,"
     " snapshot = CASE WHEN snapshot IS NULL THEN NULL ELSE jsonb_set(snapshot, '{status}', '\"terminated\"') END"
     " WHERE instance_id = $1::uuid";
-static const char *const sql_reuse_history =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'terminated',"
-    " jsonb_build_object('reason', 'id_reuse_policy', 'replaced_by', $2::text))";
 
 int st_api_status_ended(const char *status)
 {
@@ -129,8 +123,12 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
         if (err == ST_OK)
             err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
-        if (err == ST_OK)
-            err = st_pg_exec(conn, sql_reuse_history, 2, h_params, NULL, eb);
+        if (err == ST_OK) {
+            json_t *detail = json_pack("{s:s, s:s}", "reason", "id_reuse_policy",
+                                       "replaced_by", h_params[1]);
+            err = st_history_add_tx(conn, h_params[0], "terminated", detail, eb);
+            json_decref(detail);
+        }
         /* ...and its end reaches what it owns: tasks, pending calls, children */
         if (err == ST_OK)
             err = st_tree_end_tx(conn, PQgetvalue(res, i, 0), "terminated", eb);
@@ -339,22 +337,23 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
     PQclear(res);
     res = NULL;
     if (request_id != NULL) {
-        const char *claim_params[] = {request_id, id};
-        if ((err = st_pg_exec(conn, sql_request_claim, 2, claim_params, &res, &eb)) != ST_OK)
+        int fresh = 0, found = 0;
+        char prior[37] = "";
+        if ((err = st_request_claim_tx(conn, ST_REQUEST_START, "", "", request_id, id, &fresh,
+                                       prior, &eb)) != ST_OK)
             goto done;
-        if (PQntuples(res) == 0) {
-            /* A retry of an earlier start: answer with that instance, change nothing. */
-            PQclear(res);
-            res = NULL;
-            if ((err = st_pg_exec(conn, sql_request_get, 1, claim_params, &res, &eb)) != ST_OK)
+        if (!fresh) {
+            /* A retry of an earlier start: answer with that instance, change nothing. A
+             * claim committed while ours waited is not in our snapshot: look again. */
+            if (prior[0] == '\0' &&
+                (err = st_request_find(conn, ST_REQUEST_START, "", "", request_id, &found, prior,
+                                       &eb)) != ST_OK)
                 goto done;
-            snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+            snprintf(id, sizeof id, "%s", prior);
             st_pg_rollback(conn);
             answer_instance(out, conn, id, 200);
             goto done;
         }
-        PQclear(res);
-        res = NULL;
     }
     if (business_ref != NULL &&
         ((err = reuse_check_tx(conn, definition, policy, business_ref, id, out, &eb)) != ST_OK ||

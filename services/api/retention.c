@@ -12,7 +12,11 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/dedup.h"
+#include "strand/notice.h"
 #include "strand/pg.h"
+#include "strand/request.h"
+#include "strand/timer.h"
 
 #define DEFAULT_LIMIT 10000
 #define MAX_LIMIT 100000
@@ -26,19 +30,15 @@ static const char *const sql_retention_run =
     "    AND ended_at < now() - make_interval(secs => $1::bigint)"
     "  ORDER BY ended_at LIMIT $2::int + 1),"
     " batch AS (SELECT id FROM victims LIMIT $2::int),"
-    " del_timers AS (DELETE FROM strand.timers t USING batch b"
-    "   WHERE NOT $3::boolean AND t.instance_id = b.id RETURNING 1),"
-    " del_processed AS (DELETE FROM strand.processed_signals p USING batch b"
-    "   WHERE NOT $3::boolean AND p.instance_id = b.id RETURNING 1),"
-    " del_requests AS (DELETE FROM strand.requests r USING batch b"
-    "   WHERE NOT $3::boolean AND r.instance_id = b.id RETURNING 1),"
+    " del_timers AS (" ST_TIMER_PURGE_SQL("batch", "$3::boolean") "),"
+    " del_processed AS (" ST_DEDUP_PURGE_SQL("batch", "$3::boolean") "),"
+    " del_requests AS (" ST_REQUEST_PURGE_SQL("batch", "$3::boolean") "),"
     " del_instances AS (DELETE FROM strand.instances i USING batch b"
     "   WHERE NOT $3::boolean AND i.id = b.id RETURNING 1),"
     " letters AS (SELECT id FROM strand.dead_letters"
     "   WHERE status IN ('replayed', 'discarded')"
     "     AND created_at < now() - make_interval(secs => $1::bigint)),"
-    " del_letters AS (DELETE FROM strand.dead_letters d USING letters l"
-    "   WHERE NOT $3::boolean AND d.id = l.id RETURNING 1)"
+    " del_letters AS (" ST_DEAD_LETTER_PURGE_SQL("letters", "$3::boolean") ")"
     " SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM victims) > $2::int,"
     " (SELECT count(*) FROM letters), (SELECT count(*) FROM del_timers),"
     " (SELECT count(*) FROM del_processed), (SELECT count(*) FROM del_requests),"

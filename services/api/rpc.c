@@ -27,6 +27,7 @@
 #include "api.h"
 #include "command_pool.h"
 #include "strand/globals.h"
+#include "strand/history.h"
 #include "strand/http.h"
 #include "strand/log.h"
 #include "strand/pg.h"
@@ -55,8 +56,6 @@ static const char *const sql_rpc_locals =
  * commits with the answer's effects; request.h). */
 static const char *const sql_rpc_touch =
     "UPDATE strand.instances SET updated_at = now() WHERE id = $1::uuid";
-static const char *const sql_rpc_history =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'rpc', $2::jsonb)";
 
 /* POSTs `request` to `url`. Returns the parsed 2xx JSON answer (caller decrefs), or
  * NULL with `why` filled. */
@@ -258,12 +257,9 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
                                "published", signal_ids);
     if (json_object_get(answer, "next"))
         json_object_set(detail, "threads", json_object_get(answer, "next"));
-    char *detail_text = json_dumps(detail, JSON_COMPACT);
-    json_decref(detail);
-    const char *hparams[] = {id, detail_text};
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_rpc_history, 2, hparams, NULL, &eb);
-    free(detail_text);
+        err = st_history_add_tx(conn, id, "rpc", detail, &eb);
+    json_decref(detail);
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_rpc_touch, 1, id_params, NULL, &eb);
     if (err == ST_OK)
@@ -395,14 +391,9 @@ done:
     /* A refused or failed call on a live process is in the timeline too. */
     if (out->status >= 400 && canonical != NULL && out->body != NULL) {
         json_t *detail = json_pack("{s:s, s:i, s:O}", "rpc", name, "status", out->status, "problem", out->body);
-        char *text = json_dumps(detail, JSON_COMPACT);
-        const char *hparams[] = {id, text};
         st_errbuf_t heb;
-        if (text != NULL &&
-            st_pg_exec(conn, "INSERT INTO strand.history (instance_id, kind, detail)"
-                             " VALUES ($1::uuid, 'rpc_failed', $2::jsonb)", 2, hparams, NULL, &heb) != ST_OK)
+        if (st_history_add_tx(conn, id, "rpc_failed", detail, &heb) != ST_OK)
             st_log_warn("could not record a failed rpc", "%s", heb.msg);
-        free(text);
         json_decref(detail);
     }
     PQclear(res);

@@ -20,6 +20,7 @@
 #include "strand/result_schema.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
+#include "strand/task.h"
 #include "strand/util.h"
 
 static const char *const sql_task_list =
@@ -37,9 +38,6 @@ static const char *const sql_task_get =
 static const char *const sql_task_lock =
     "SELECT status, assignee, instance_id, waiting_token, to_jsonb(roles)::text FROM strand.tasks"
     " WHERE id = $1::uuid FOR UPDATE";
-static const char *const sql_task_update =
-    "UPDATE strand.tasks SET status = $2, assignee = $3,"
-    " completed_at = CASE WHEN $2 = 'completed' THEN now() END WHERE id = $1::uuid";
 /* The result_schema of the task step the task's instance waits in (the snapshot
  * thread whose wait carries the task's token), or no row when no thread waits for it. */
 static const char *const sql_task_result_schema =
@@ -51,9 +49,6 @@ static const char *const sql_task_result_schema =
     " JOIN strand.runtime_states rs ON rs.instance_id = t.instance_id,"
     " jsonb_array_elements(coalesce(rs.snapshot->'threads', '[]')) th"
     " WHERE t.id = $1::uuid AND th->'wait'->>'token' = t.waiting_token LIMIT 1";
-static const char *const sql_task_event =
-    "INSERT INTO strand.task_events (task_id, kind, actor, detail)"
-    " VALUES ($1::uuid, $2, $3, $4::jsonb)";
 
 static json_t *task_row(PGresult *res, int row)
 {
@@ -275,7 +270,6 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     const char *new_assignee = action == TASK_ASSIGN ? target
                                : action == TASK_RELEASE ? NULL
                                : holder;
-    const char *update_params[] = {id, new_status[action], new_assignee};
     json_t *detail = json_object();
     if (new_assignee)
         json_object_set_new(detail, "assignee", json_string(new_assignee));
@@ -283,10 +277,8 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
         json_object_set_new(detail, "result", result ? json_deep_copy(result) : json_object());
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
-    const char *event_params[] = {id, event_kind[action], who->name, detail_text};
-    err = st_pg_exec(conn, sql_task_update, 3, update_params, NULL, &eb);
-    if (err == ST_OK)
-        err = st_pg_exec(conn, sql_task_event, 4, event_params, NULL, &eb);
+    err = st_task_move_tx(conn, id, new_status[action], new_assignee, event_kind[action],
+                          who->name, detail_text, &eb);
     free(detail_text);
     if (err == ST_OK && action == TASK_COMPLETE) {
         st_signal_init(&sig, ST_SIGNAL_TASK_COMPLETED, PQgetvalue(res, 0, 2), -1);

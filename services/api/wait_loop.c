@@ -31,6 +31,7 @@ typedef struct waiter {
 
 struct st_waiters {
     st_api_t *api;
+    st_view_fn view;   /* st_api_instance_view() */
     waiter_t *head;
     redisAsyncContext *redis;
     struct event *reconnect;
@@ -59,7 +60,7 @@ static void finish(waiter_t *wt, st_answer_t *view)
     event_free(wt->timer);
     st_answer_t answer = {0};
     if (view == NULL) {
-        st_api_instance_view(w->api, wt->instance_id, -1, &answer);
+        w->view(w->api, wt->instance_id, -1, &answer);
         view = &answer;
     }
     if (view->status == 200)
@@ -90,13 +91,13 @@ static void instance_changed(st_waiters_t *w, const char *id, st_metric_t *woken
         waiter_t *next = wt->next;
         if (id == NULL || strcmp(wt->instance_id, id) == 0) {
             st_answer_t view = {0};
-            int moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+            int moved = w->view(w->api, wt->instance_id, wt->after_version, &view);
             if (view.status >= 500) {
                 /* The read connection died with the server (a restart): the first
                  * statement finds out, the second reconnects. Still down: stay
                  * parked, the timeout answers. */
                 st_answer_close(&view);
-                moved = st_api_instance_view(w->api, wt->instance_id, wt->after_version, &view);
+                moved = w->view(w->api, wt->instance_id, wt->after_version, &view);
                 moved = moved && view.status < 500;
             }
             if (moved) {
@@ -231,12 +232,13 @@ static void subscribe(st_waiters_t *w)
     w->redis = c;
 }
 
-st_waiters_t *st_waiters_new(st_api_t *api)
+st_waiters_t *st_waiters_new(st_api_t *api, st_view_fn view)
 {
     st_waiters_t *w = calloc(1, sizeof *w);
     if (w == NULL)
         abort();
     w->api = api;
+    w->view = view;
     w->m_woken = st_metrics_counter("strand_long_polls_total", "Long polls answered",
                                     "by=\"hint\"");
     w->m_woken_pg = st_metrics_counter("strand_long_polls_total", "Long polls answered",

@@ -21,10 +21,17 @@
 
 typedef struct st_waiters st_waiters_t;
 
+/* Loads an instance's view and says whether a long poll answers with it; the shape of
+ * st_api_instance_view() (instances.c), handed in by main.c so that the wait loop
+ * knows no handler. */
+typedef int (*st_view_fn)(st_api_t *api, const char *instance_id, long long after_version,
+                          st_answer_t *out);
+
 /* Creates the waiter table, LISTENs on ST_WAKE_CHANNEL and, when STRAND_REDIS_URL is
  * set, subscribes to Redis hints, both on the service's event loop (each reconnecting
- * by itself). Caller frees with st_waiters_free(). */
-st_waiters_t *st_waiters_new(st_api_t *api);
+ * by itself); `view` loads what a woken poll answers. Caller frees with
+ * st_waiters_free(). */
+st_waiters_t *st_waiters_new(st_api_t *api, st_view_fn view);
 void st_waiters_free(st_waiters_t *w);
 
 /* Parks a deferred request (from st_http_defer()) until the instance moves past
@@ -42,12 +49,5 @@ unsigned long long st_waiters_mark(const st_waiters_t *w);
  * hints arrived to tell). Loop thread only. */
 int st_waiters_hinted_since(const st_waiters_t *w, const char *instance_id,
                             unsigned long long mark);
-
-/* Loads the instance's current view into `out` (200, or the error problem; the
- * caller closes or replies with it) and returns 1 when a long poll should answer
- * with it: the instance ended, its state_version passed `after_version` (< 0:
- * always), or the view could not be loaded. One query; used by GET and by hints. */
-int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
-                         st_answer_t *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "strand/dedup.h"
 #include "strand/due_loop.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -68,12 +69,6 @@ static const char *const sql_calls_recover =
     " updated_at = now() FROM (SELECT id, claimed_by FROM strand.calls WHERE status = 'sent'"
     " AND lease_until < now() ORDER BY lease_until LIMIT 100 FOR UPDATE SKIP LOCKED) old"   /* at most 100 a batch */
     " WHERE c.id = old.id RETURNING c.id, c.instance_id, old.claimed_by";
-/* The signal dedup window: older processed-signal ids are forgotten. A redelivery
- * older than the window is still caught by the version and waiting-token checks. */
-static const char *const sql_dedup_purge =
-    "DELETE FROM strand.processed_signals WHERE signal_id IN (SELECT signal_id"
-    " FROM strand.processed_signals WHERE processed_at < now() - make_interval(secs => $1)"
-    " LIMIT 10000)";
 /* Claims up to $1 pending calls under a lease of $3 ms for node $2. A call whose
  * instance has ended, or whose token no live thread of the instance waits on any more
  * (the engine's snapshot: threads[] not done, their wait.token), is abandoned. */
@@ -168,10 +163,8 @@ static int housekeeping(st_dispatcher_t *d, PGconn *conn)
     if (time(NULL) - d->last_housekeeping < HOUSEKEEPING_EVERY_S)
         return 1;
     st_errbuf_t eb;
-    char secs[16];
-    snprintf(secs, sizeof secs, "%d", d->svc->cfg.dedup_retention_s);
-    const char *params[] = {secs};
-    if (st_pg_exec(conn, sql_dedup_purge, 1, params, NULL, &eb) != ST_OK) {
+    /* The signal dedup window (libs/common dedup.c): older ids are forgotten. */
+    if (st_dedup_purge(conn, d->svc->cfg.dedup_retention_s, &eb) != ST_OK) {
         st_log_warn("executor housekeeping failed", "%s", eb.msg);
         return 0;
     }
@@ -290,13 +283,9 @@ static int runner_pg(st_dispatcher_t *d)
         return 1;
     if (st_mono_s() < d->next_connect_try)
         return 0;
-    if (d->conn != NULL)
-        PQfinish(d->conn);
-    d->conn = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(d->svc->cfg.pg_dsn, "strand-calls", &d->conn, &eb) != ST_OK) {
+    if (st_pg_reconnect(&d->conn, d->svc->cfg.pg_dsn, "strand-calls", NULL, &eb) != ST_OK) {
         st_log_warn("call runner could not connect to PostgreSQL", "%s", eb.msg);
-        d->conn = NULL;
         d->next_connect_try = st_mono_s() + REPORT_RETRY_S;
         return 0;
     }

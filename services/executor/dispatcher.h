@@ -1,6 +1,7 @@
 /*
- * dispatcher.h - performs outbound calls after commit (invariant 7: no network call
- * inside a database transaction) and reports each outcome as a CALL_RESULT signal.
+ * dispatcher.h - performs outbound calls after commit (docs/architecture.md, invariant 7:
+ * no network call inside a database transaction) and reports each outcome as a
+ * CALL_RESULT signal.
  *
  * Two threads in the executor:
  *  - the claimer, on the shared deadline loop (libs/common due_loop.c), wakes on

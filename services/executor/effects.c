@@ -12,19 +12,13 @@
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
+#include "strand/task.h"
 #include "strand/timer.h"
 #include "strand/tree.h"
 #include "strand/util.h"
 #include "strand/work.h"
 
 
-static const char *const sql_task_insert =
-    "INSERT INTO strand.tasks (id, instance_id, name, status, roles, payload, waiting_token,"
-    " deadline_at) VALUES ($1::uuid, $2::uuid, $3, 'open',"
-    " ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5::jsonb, $6,"
-    " to_timestamp($7::double precision / 1000.0))";
-static const char *const sql_task_created =
-    "INSERT INTO strand.task_events (task_id, kind, detail) VALUES ($1::uuid, 'created', $2::jsonb)";
 static const char *const sql_child_version =
     "SELECT version FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
@@ -65,16 +59,8 @@ static st_err_t open_task_tx(PGconn *conn, const char *instance_id, const json_t
         snprintf(deadline, sizeof deadline, "%lld", (long long)json_integer_value(deadline_ms));
     char *roles = json_text(json_object_get(effect, "roles"), "[]");
     char *payload = json_text(json_object_get(effect, "payload"), "{}");
-    const char *params[] = {id, instance_id, name, roles, payload, token,
-                            deadline[0] ? deadline : NULL};
-    st_err_t err = st_pg_exec(conn, sql_task_insert, 7, params, NULL, eb);
-    if (err == ST_OK) {
-        const char *event_params[] = {id, roles};
-        char detail[600];
-        snprintf(detail, sizeof detail, "{\"roles\":%s}", strlen(roles) < 500 ? roles : "[]");
-        event_params[1] = detail;
-        err = st_pg_exec(conn, sql_task_created, 2, event_params, NULL, eb);
-    }
+    st_err_t err = st_task_open_tx(conn, id, instance_id, name, roles, payload, token,
+                                   deadline[0] ? deadline : NULL, eb);
     free(roles);
     free(payload);
     return err;

@@ -98,11 +98,8 @@ static int ensure_pg(worker_t *w)
 {
     if (w->conn != NULL && PQstatus(w->conn) == CONNECTION_OK)
         return 1;
-    if (w->conn != NULL)
-        PQfinish(w->conn);
-    w->conn = NULL;
     st_errbuf_t eb;
-    if (st_pg_connect(w->ex->svc->cfg.pg_dsn, "strand-executor", &w->conn, &eb) != ST_OK) {
+    if (st_pg_reconnect(&w->conn, w->ex->svc->cfg.pg_dsn, "strand-executor", NULL, &eb) != ST_OK) {
         __atomic_store_n(&w->ex->pg_up, 0, __ATOMIC_RELEASE);
         st_log_warn("executor could not connect to PostgreSQL", "%s", eb.msg);
         return 0;

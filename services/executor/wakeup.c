@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/dedup.h"
 #include "strand/engine.h"
 #include "strand/globals.h"
+#include "strand/history.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/notice.h"
@@ -121,23 +123,17 @@ const char *st_wake_outcome_name(st_wake_outcome_t outcome)
     return "unknown";
 }
 
-static const char *const sql_processed_outcome =
-    "UPDATE strand.processed_signals SET outcome = $2 WHERE signal_id = $1";
 /* Dedup and state load in one round trip: records the signal id (a duplicate inserts
  * nothing) and locks and reads the instance's runtime state; column 7 is 1 for a
  * signal seen for the first time, 8 and 9 the parent (a child's). No row: the instance
  * does not exist. */
 static const char *const sql_dedup_and_lock =
-    "WITH p AS (INSERT INTO strand.processed_signals (signal_id, instance_id, outcome)"
-    "   VALUES ($1, $2::uuid, 'applied') ON CONFLICT (signal_id) DO NOTHING RETURNING 1)"
+    "WITH p AS (" ST_DEDUP_RECORD_SQL("$1", "$2::uuid") ")"
     " SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
     " i.input::text, i.status, coalesce(i.business_ref, i.id::text), (SELECT count(*) FROM p),"
     " i.parent_instance_id, i.parent_waiting_token"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $2::uuid FOR UPDATE OF rs";
-/* For a signal naming no instance: did this transaction record its id (first sight)? */
-static const char *const sql_processed_by_us =
-    "SELECT xmin = pg_current_xact_id()::xid FROM strand.processed_signals WHERE signal_id = $1";
 /* The run's result in one statement: runtime state (under the version check; an
  * applied wake-up clears last_error, or sets it to instance_failed when the run failed),
  * projection and history entry. It is queued (sent with the COMMIT), so nothing reads
@@ -156,24 +152,17 @@ static const char *const sql_run_persist =
     " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
     "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
     "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)),"
-    " h AS (INSERT INTO strand.history (instance_id, kind, detail)"
+    " h AS (" ST_HISTORY_INSERT
     "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
     " SELECT CASE WHEN (SELECT count(*) FROM rs) = 1 THEN 1 ELSE"
     "   (SELECT 'runtime state of ' || $1 || ' changed under its lock (' || count(*)"
     "    || ' rows at version ' || $2 || ')' FROM rs)::int END";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
-
+/* Queues a timeline entry (strand.history's owner: history.c); steals `detail`. */
 static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char *kind,
                                json_t *detail, st_errbuf_t *eb)
 {
-    char *text = json_dumps(detail, JSON_COMPACT);
+    st_err_t err = st_history_queue_tx(conn, instance_id, kind, detail, eb);
     json_decref(detail);
-    if (text == NULL)
-        return st_err_set(eb, ST_ERR_NOMEM, "could not encode history");
-    const char *params[] = {instance_id, kind, text};
-    st_err_t err = st_pg_queue_bin(conn, sql_history_insert, 3, params, NULL, NULL, eb);
-    free(text);
     return err;
 }
 
@@ -181,8 +170,8 @@ static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char
 static st_err_t drop_tx(PGconn *conn, const st_signal_t *sig, st_wake_outcome_t outcome,
                         const char *code, const char *why, st_errbuf_t *eb)
 {
-    const char *params[] = {sig->signal_id, st_wake_outcome_name(outcome)};
-    st_err_t err = st_pg_exec(conn, sql_processed_outcome, 2, params, NULL, eb);
+    st_err_t err = st_dedup_set_outcome_tx(conn, sig->signal_id, st_wake_outcome_name(outcome),
+                                           eb);
     if (err != ST_OK)
         return err;
     json_t *detail = json_pack("{s:s, s:I}", "signal_type", st_signal_type_name(sig->type),
@@ -331,9 +320,8 @@ static st_err_t buffer_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
     const char *params[] = {sig->instance_id, sig->name, sig->signal_id, payload};
     st_err_t err = st_pg_exec(conn, sql_buffer_insert, 4, params, NULL, eb);
     free(payload);
-    const char *outcome_params[] = {sig->signal_id, "buffered"};
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_processed_outcome, 2, outcome_params, NULL, eb);
+        err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
     if (err == ST_OK)
         err = history_add_tx(conn, sig->instance_id, "signal_buffered",
                              json_pack("{s:s, s:s}", "signal_id", sig->signal_id, "name", sig->name),
@@ -486,12 +474,8 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     int fresh;
     if (PQntuples(state) == 1) {
         fresh = strcmp(PQgetvalue(state, 0, 7), "1") == 0;
-    } else {
-        PGresult *res = NULL;
-        if ((err = st_pg_exec(conn, sql_processed_by_us, 1, dedup_params, &res, eb)) != ST_OK)
-            goto fail;
-        fresh = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
-        PQclear(res);
+    } else if ((err = st_dedup_recorded_here_tx(conn, sig->signal_id, &fresh, eb)) != ST_OK) {
+        goto fail;
     }
     if (!fresh) {
         st_pg_rollback(conn);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "strand/due_loop.h"
+#include "strand/history.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -34,24 +35,11 @@ static const char *const sql_due_claim =
     " w.kind, w.waiting_token"
     " FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     " WHERE a.due_at <= now() ORDER BY a.due_at LIMIT 200 FOR UPDATE OF a SKIP LOCKED";
-static const char *const sql_ack_reraised =
-    "UPDATE strand.acks SET raises = raises + 1, updated_at = now(),"
-    " due_at = now() + make_interval(secs => delivery_timeout_s * power(2, least(raises + 1, 6)))"
-    " WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_reminded =
-    "UPDATE strand.acks SET reminders = reminders + 1, updated_at = now(),"
-    " due_at = now() + make_interval(secs => processing_timeout_s * power(2, least(reminders + 1, 6)))"
-    " WHERE ack_guid = $1::uuid AND consumer = $2";
-static const char *const sql_ack_give_up =
-    "UPDATE strand.acks SET stage = 'failed', due_at = NULL, updated_at = now(),"
-    " error = coalesce(error, $3) WHERE ack_guid = $1::uuid AND consumer = $2";
 static const char *const sql_next_due =
     "SELECT (extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
     " FROM strand.acks WHERE due_at IS NOT NULL";
 static const char *const sql_pending =
     "SELECT count(*) FROM strand.acks WHERE due_at IS NOT NULL";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, $2, $3::jsonb)";
 
 /* Enqueues a failed CALL_RESULT for the wait `token` of `instance`. */
 static st_err_t resume_call_tx(st_ack_monitor_t *m, const char *instance, const char *token,
@@ -83,7 +71,6 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
     unsigned char *envelope = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 9), &len);
     if (envelope == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not read a work event");
-    const char *params[] = {guid, consumer, NULL};
     json_t *detail = json_pack("{s:s, s:s, s:s, s:s, s:i}", "ack_guid", guid, "consumer", consumer,
                                "event_code", event_code, "stage", delivery ? "delivery" : "processing",
                                "raises", count + 1);
@@ -92,8 +79,8 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
     if (count < max_raises) {
         err = st_outbox_add_tx(m->conn, ST_TOPIC_WORK, instance, envelope, len, eb);
         if (err == ST_OK)
-            err = st_pg_exec(m->conn, delivery ? sql_ack_reraised : sql_ack_reminded, 2, params,
-                             NULL, eb);
+            err = st_ack_move_tx(m->conn, guid, consumer,
+                                 delivery ? ST_ACK_RERAISED : ST_ACK_REMINDED, NULL, NULL, NULL, eb);
         code = delivery ? "DeliveryRetryRaised" : "ProcessingReminderRaised";
         history_kind = delivery ? "work_reraised" : "work_reminded";
         st_metric_inc(delivery ? m->m_reraised : m->m_reminded);
@@ -101,8 +88,7 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         char reason[200];
         snprintf(reason, sizeof reason, "%s not acknowledged after %d raises",
                  delivery ? "delivery" : "processing", count);
-        params[2] = reason;
-        err = st_pg_exec(m->conn, sql_ack_give_up, 3, params, NULL, eb);
+        err = st_ack_move_tx(m->conn, guid, consumer, ST_ACK_GIVEN_UP, reason, NULL, NULL, eb);
         char topic[128];
         st_dead_letter_source_t src = {st_config_topic(&m->svc->cfg, ST_TOPIC_WORK, topic, sizeof topic),
                                        -1, -1, instance};
@@ -126,10 +112,7 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         err = st_notice_add_tx(m->conn, code, instance, NULL, code, detail, eb);
     if (err == ST_OK) {
         json_object_set_new(detail, "notice", json_string(code));
-        char *text = json_dumps(detail, JSON_COMPACT);
-        const char *hp[] = {instance, history_kind, text};
-        err = st_pg_exec(m->conn, sql_history_insert, 3, hp, NULL, eb);
-        free(text);
+        err = st_history_add_tx(m->conn, instance, history_kind, detail, eb);
     }
     json_decref(detail);
     PQfreemem(envelope);

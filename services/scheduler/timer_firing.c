@@ -28,62 +28,57 @@ struct st_timer_firing {
     st_metric_t *m_pending_shard[ST_TIMER_SHARDS];
 };
 
-static const char *const sql_timers_claim =
-    "WITH due AS (SELECT id FROM strand.timers WHERE fired_at IS NULL"
-    "   AND due_at <= statement_timestamp() ORDER BY due_at LIMIT 500 FOR UPDATE SKIP LOCKED)"
-    " UPDATE strand.timers t SET fired_at = clock_timestamp() FROM due WHERE t.id = due.id"
-    " RETURNING t.instance_id, t.waiting_token, t.kind,"
-    " (extract(epoch FROM t.due_at) * 1000)::bigint, t.payload::text,"
-    " extract(epoch FROM (clock_timestamp() - t.due_at))";
-static const char *const sql_next_due =
-    "SELECT (extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
-    " FROM strand.timers WHERE fired_at IS NULL";
-static const char *const sql_pending =
-    "SELECT shard, count(*) FROM strand.timers WHERE fired_at IS NULL GROUP BY shard";
-static const char *const sql_purge =
-    "DELETE FROM strand.timers WHERE id IN (SELECT id FROM strand.timers"
-    " WHERE fired_at < now() - make_interval(secs => $1) LIMIT 10000)";
+/* The batch being fired: its transaction, and lateness to observe after the commit. */
+typedef struct {
+    PGconn *conn;
+    double lateness_s[FIRE_BATCH];
+    int n;
+} fired_t;
+
+/* st_timer_fire_due_tx()'s `fire`: one timer becomes its signal. */
+static st_err_t fire_one(const st_timer_due_t *t, void *ctx, st_errbuf_t *eb)
+{
+    fired_t *fired = ctx;
+    st_signal_t sig;
+    st_signal_init(&sig, strcmp(t->kind, "retry") == 0 ? ST_SIGNAL_RETRY_DUE : ST_SIGNAL_TIMER_DUE,
+                   t->instance_id, -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", t->waiting_token);
+    sig.due_at_ms = t->due_ms;
+    json_error_t jerr;
+    sig.payload = json_loads(t->payload, 0, &jerr);
+    if (!json_is_object(sig.payload)) {
+        json_decref(sig.payload);
+        sig.payload = json_object();
+    }
+    json_object_set_new(sig.payload, "timer_kind", json_string(t->kind));
+    st_err_t err = st_signal_enqueue_tx(fired->conn, &sig, eb);
+    st_signal_close(&sig);
+    if (fired->n < FIRE_BATCH)
+        fired->lateness_s[fired->n++] = t->lateness_s;
+    return err;
+}
 
 static int fire_due(PGconn *conn, void *ctx)
 {
     st_timer_firing_t *f = ctx;
     st_errbuf_t eb;
-    PGresult *rows = NULL;
+    fired_t fired = {.conn = conn, .n = 0};
+    int n = 0;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_timers_claim, 0, NULL, &rows, &eb);
-    int n = err == ST_OK ? PQntuples(rows) : 0;
-    for (int i = 0; err == ST_OK && i < n; i++) {
-        st_signal_t sig;
-        const char *kind = PQgetvalue(rows, i, 2);
-        st_signal_init(&sig, strcmp(kind, "retry") == 0 ? ST_SIGNAL_RETRY_DUE : ST_SIGNAL_TIMER_DUE,
-                       PQgetvalue(rows, i, 0), -1);
-        snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", PQgetvalue(rows, i, 1));
-        sig.due_at_ms = atoll(PQgetvalue(rows, i, 3));
-        json_error_t jerr;
-        sig.payload = json_loads(PQgetvalue(rows, i, 4), 0, &jerr);
-        if (!json_is_object(sig.payload)) {
-            json_decref(sig.payload);
-            sig.payload = json_object();
-        }
-        json_object_set_new(sig.payload, "timer_kind", json_string(kind));
-        err = st_signal_enqueue_tx(conn, &sig, &eb);
-        st_signal_close(&sig);
-    }
+        err = st_timer_fire_due_tx(conn, FIRE_BATCH, fire_one, &fired, &n, &eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {
         st_pg_rollback(conn);
-        PQclear(rows);
         st_log_warn("could not fire timers", "%s", eb.msg);
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        st_metric_observe(f->m_lateness, atof(PQgetvalue(rows, i, 5)));
+    for (int i = 0; i < fired.n; i++)
+        st_metric_observe(f->m_lateness, fired.lateness_s[i]);
     st_metric_add(f->m_fired, n);
     if (n > 0)
         st_metric_inc(f->m_batches);
-    PQclear(rows);
     return n;
 }
 
@@ -97,25 +92,14 @@ static int housekeeping(PGconn *conn, void *ctx)
         return 0;
     f->last_housekeeping = now;
     st_errbuf_t eb;
-    PGresult *res = NULL;
-    if (st_pg_exec(conn, sql_pending, 0, NULL, &res, &eb) == ST_OK) {
-        double total = 0, per_shard[ST_TIMER_SHARDS] = {0};
-        for (int i = 0; i < PQntuples(res); i++) {
-            int shard = atoi(PQgetvalue(res, i, 0));
-            double n = atof(PQgetvalue(res, i, 1));
-            if (shard >= 0 && shard < ST_TIMER_SHARDS)
-                per_shard[shard] = n;
-            total += n;
-        }
+    double per_shard[ST_TIMER_SHARDS];
+    double total = st_timer_count_pending(conn, per_shard, &eb);
+    if (total >= 0) {
         for (int shard = 0; shard < ST_TIMER_SHARDS; shard++)
             st_metric_set(f->m_pending_shard[shard], per_shard[shard]);
         st_metric_set(f->m_pending, total);
     }
-    PQclear(res);
-    char secs[16];
-    snprintf(secs, sizeof secs, "%d", f->svc->cfg.outbox_retention_s);
-    const char *params[] = {secs};
-    if (st_pg_exec(conn, sql_purge, 1, params, NULL, &eb) != ST_OK)
+    if (st_timer_purge_fired(conn, f->svc->cfg.outbox_retention_s, &eb) != ST_OK)
         st_log_warn("could not purge fired timers", "%s", eb.msg);
     return 0;
 }
@@ -129,15 +113,7 @@ static long long housekeeping_wait_ms(PGconn *conn, void *ctx)
 
 static long long next_wait_ms(PGconn *conn, void *ctx)
 {
-    st_errbuf_t eb;
-    PGresult *res = NULL;
-    long long wait = -1;
-    if (st_pg_exec(conn, sql_next_due, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
-        long long ms = atoll(PQgetvalue(res, 0, 0));
-        wait = ms < 0 ? 0 : ms;
-    }
-    PQclear(res);
-    return wait;
+    return st_timer_next_due_ms(conn);
 }
 
 st_err_t st_timer_firing_start(st_service_t *svc, st_timer_firing_t **out, st_errbuf_t *eb)

@@ -7,6 +7,7 @@
  * completed. Also: idempotent import and start, clear 4xx errors, exactly-once effect
  * under a redelivered START, graceful SIGTERM, and an identical second start-up.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +165,53 @@ static void test_start_is_idempotent_by_request_id(void)
     free(b);
 }
 
+typedef struct {
+    const char *request_id;
+    long status;
+    char *id;
+} racer_t;
+
+static void *race_start(void *arg)
+{
+    racer_t *r = arg;
+    r->id = start_instance("eve", r->request_id, &r->status);
+    return NULL;
+}
+
+/* Starts racing on one request_id: exactly one creates (201), every other answers 200
+ * with the same instance, also one that waited on the first's uncommitted claim. */
+static void test_concurrent_starts_share_one_request_id(void)
+{
+    enum { N = 8 };
+    char request_id[96];
+    snprintf(request_id, sizeof request_id, "race-%s", def_name);
+    racer_t racers[N];
+    pthread_t threads[N];
+    for (int i = 0; i < N; i++) {
+        racers[i] = (racer_t){.request_id = request_id};
+        CU_ASSERT_FATAL(pthread_create(&threads[i], NULL, race_start, &racers[i]) == 0);
+    }
+    int created = 0, repeated = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(threads[i], NULL);
+        created += racers[i].status == 201;
+        repeated += racers[i].status == 200;
+        CU_ASSERT_PTR_NOT_NULL(racers[i].id);
+        if (racers[i].id != NULL && racers[0].id != NULL)
+            CU_ASSERT_STRING_EQUAL(racers[i].id, racers[0].id);
+    }
+    printf("\n  %d racing starts on one request_id: %d created, %d answered the same instance\n",
+           N, created, repeated);
+    CU_ASSERT_EQUAL(created, 1);
+    CU_ASSERT_EQUAL(repeated, N - 1);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND input->>'name' = 'eve'", def_name);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    for (int i = 0; i < N; i++)
+        free(racers[i].id);
+}
+
 static void test_redelivered_start_is_applied_once(void)
 {
     long status = 0;
@@ -262,8 +310,8 @@ static void test_list_paginates(void)
     snprintf(path, sizeof path, "/v1/instances?definition=%s&limit=500&cursor=%s", def_name, cursor);
     json_t *rest = NULL;
     CU_ASSERT_EQUAL(it_http(IT_API, "GET", path, NULL, &rest), 200);
-    /* BATCH + ada + bob + views instances in all; pages must not overlap. */
-    CU_ASSERT_EQUAL(json_array_size(json_object_get(rest, "items")), BATCH + 3 - 10);
+    /* BATCH + ada + eve + bob + views instances in all; pages must not overlap. */
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(rest, "items")), BATCH + 4 - 10);
     json_decref(page);
     json_decref(rest);
 }
@@ -337,6 +385,7 @@ int main(void)
         {"invalid definition changes nothing", test_invalid_definition_changes_nothing},
         {"batch runs to completion", test_batch_runs_to_completion},
         {"start is idempotent by request_id", test_start_is_idempotent_by_request_id},
+        {"concurrent starts share one request_id", test_concurrent_starts_share_one_request_id},
         {"redelivered START is applied once", test_redelivered_start_is_applied_once},
         {"history and runtime views", test_history_and_runtime_views},
         {"bad requests get clear errors", test_bad_requests},

@@ -473,8 +473,8 @@ int st_kafka_rebalance_protocol_eager(rd_kafka_t *rk)
 
 st_err_t st_kafka_ensure_topics(const st_config_t *cfg, int timeout_ms, st_errbuf_t *eb)
 {
-    static const char *const suffixes[] = {ST_TOPIC_SIGNALS, ST_TOPIC_TIMERS, ST_TOPIC_WORK,
-                                           ST_TOPIC_NOTICES, ST_TOPIC_INGRESS, ST_TOPIC_DLQ};
+    static const char *const suffixes[] = {ST_TOPIC_SIGNALS, ST_TOPIC_WORK, ST_TOPIC_NOTICES,
+                                           ST_TOPIC_INGRESS, ST_TOPIC_DLQ};
     enum { NTOPICS = sizeof suffixes / sizeof suffixes[0] };
     static const kafka_setting_t none[] = {{NULL, NULL}};
     rd_kafka_conf_t *conf;

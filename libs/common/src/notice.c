@@ -103,3 +103,39 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
                                          "Messages moved to the dead-letter store", NULL));
     return err;
 }
+
+st_err_t st_dead_letter_settle_tx(PGconn *conn, const char *id, const char *status, int *found,
+                                  st_dead_letter_t *out, st_errbuf_t *eb)
+{
+    static const char *const sql_dead_letter_claim =
+        "UPDATE strand.dead_letters SET status = $2 WHERE id = $1::bigint AND status = 'open'"
+        " RETURNING source_topic, instance_id, payload";
+    const char *params[] = {id, status};
+    PGresult *res = NULL;
+    /* Binary results: the payload comes back as raw bytes, the uuid as 16 bytes. */
+    st_err_t err = st_pg_exec_format(conn, sql_dead_letter_claim, 2, params, NULL, NULL, 1, &res,
+                                     eb);
+    if (err != ST_OK)
+        return err;
+    *found = PQntuples(res) > 0;
+    if (*found && out != NULL) {
+        snprintf(out->topic, sizeof out->topic, "%s", PQgetvalue(res, 0, 0));
+        out->key[0] = '\0';
+        if (!PQgetisnull(res, 0, 1) && PQgetlength(res, 0, 1) == 16) {
+            const unsigned char *b = (const unsigned char *)PQgetvalue(res, 0, 1);
+            snprintf(out->key, sizeof out->key,
+                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+                     b[12], b[13], b[14], b[15]);
+        }
+        out->len = (size_t)PQgetlength(res, 0, 2);
+        out->payload = malloc(out->len + 1);
+        if (out->payload == NULL) {
+            PQclear(res);
+            return st_err_set(eb, ST_ERR_NOMEM, "could not copy a dead letter");
+        }
+        memcpy(out->payload, PQgetvalue(res, 0, 2), out->len);
+    }
+    PQclear(res);
+    return ST_OK;
+}

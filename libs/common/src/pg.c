@@ -35,6 +35,35 @@ st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf
     return ST_OK;
 }
 
+/*
+ * The one place where PostgreSQL's SQLSTATE becomes an st_err_t: codes decide, the
+ * server's message only describes. Exact codes first, then whole classes; anything
+ * else is ST_ERR_INTERNAL (a bug or a schema mismatch, not worth a retry).
+ */
+static const struct {
+    const char *state;          /* five characters, or a two-character class */
+    st_err_t err;
+} sqlstate_map[] = {
+    {"57014", ST_ERR_TIMEOUT},          /* query_canceled: statement_timeout */
+    {"40001", ST_ERR_SERIALIZATION},    /* serialization_failure */
+    {"40P01", ST_ERR_SERIALIZATION},    /* deadlock_detected */
+    {"23505", ST_ERR_DUPLICATE},        /* unique_violation: the row exists already */
+    {"22", ST_ERR_INVALID},             /* data exception */
+    {"23", ST_ERR_INVALID},             /* integrity constraint violation */
+    {"08", ST_ERR_DB},                  /* connection exception */
+    {"57", ST_ERR_DB},                  /* operator intervention: shutdown, cannot connect now */
+};
+
+st_err_t st_pg_sqlstate_err(const char *state)
+{
+    if (state == NULL || strlen(state) != 5)
+        return ST_ERR_DB;   /* no server answer: the connection failed */
+    for (size_t i = 0; i < sizeof sqlstate_map / sizeof sqlstate_map[0]; i++)
+        if (strncmp(state, sqlstate_map[i].state, strlen(sqlstate_map[i].state)) == 0)
+            return sqlstate_map[i].err;
+    return ST_ERR_INTERNAL;
+}
+
 static st_err_t translate(PGconn *conn, PGresult *res, st_errbuf_t *eb)
 {
     if (PQstatus(conn) != CONNECTION_OK)
@@ -42,18 +71,7 @@ static st_err_t translate(PGconn *conn, PGresult *res, st_errbuf_t *eb)
                           PQerrorMessage(conn));
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-    st_err_t err = ST_ERR_INTERNAL;
-    if (state == NULL)
-        err = ST_ERR_DB;
-    else if (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0)
-        err = ST_ERR_SERIALIZATION;
-    else if (strcmp(state, "23505") == 0)
-        err = ST_ERR_DUPLICATE;
-    else if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0)
-        err = ST_ERR_INVALID;
-    else if (strncmp(state, "08", 2) == 0 || strncmp(state, "57", 2) == 0)
-        err = ST_ERR_DB;
-    return st_err_set(eb, err, "%s", msg);
+    return st_err_set(eb, st_pg_sqlstate_err(state), "%s", msg);
 }
 
 /*
@@ -683,12 +701,20 @@ void st_pg_rollback(PGconn *conn)
     }
 }
 
-int st_pg_ensure(PGconn *conn)
+st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
+                         st_pg_setup_fn setup, st_errbuf_t *eb)
 {
-    if (PQstatus(conn) == CONNECTION_OK)
-        return 1;
-    PQreset(conn);
-    return PQstatus(conn) == CONNECTION_OK;
+    if (*slot != NULL && PQstatus(*slot) == CONNECTION_OK)
+        return ST_OK;
+    if (*slot != NULL)
+        PQfinish(*slot);
+    *slot = NULL;
+    st_err_t err = st_pg_connect(dsn, app, slot, eb);
+    if (err == ST_OK && setup != NULL && (err = setup(*slot, eb)) != ST_OK) {
+        PQfinish(*slot);
+        *slot = NULL;
+    }
+    return err;
 }
 
 st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb)

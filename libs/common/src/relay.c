@@ -1,12 +1,18 @@
 /*
  * relay.c - the outbox relay thread (see outbox.h).
  *
- * States: CONNECT (PostgreSQL, retried with backoff) -> STANDBY (try for the session
- * advisory lock every second) -> LEAD (LISTEN; DRAIN: claim and publish batches until a
- * claim comes back short; WAIT: poll(2) on the notification socket and the stop pipe,
- * a 30 s timeout being the safety net for a missed notification; DRAIN ...). A lost
- * connection goes back to CONNECT (and frees the lock for a standby); a leader that
- * cannot reach Kafka for 10 s steps down for 10 s.
+ * States (relay_state_t; relay_step() is the one transition function):
+ *
+ *   CONNECT --connected--> STANDBY --got the lock, LISTEN--> LEAD <--> WAIT
+ *      ^                      |  ^                            |
+ *      +----lost session------+  +--stepped down (Kafka away)-+
+ *
+ * CONNECT: PostgreSQL, retried with backoff. STANDBY: try for the session advisory lock
+ * every second. LEAD: claim and publish batches until a claim comes back short, then
+ * purge and sweep. WAIT: poll(2) on the notification socket and the stop pipe, a 30 s
+ * timeout being the safety net for a missed notification. A lost connection from any
+ * state goes back to CONNECT (and frees the lock for a standby); a leader that cannot
+ * reach Kafka for 10 s steps down for 10 s.
  *
  * The leader also purges published rows and runs the recovery sweep (recovery.h): at
  * once when it takes the lead, then every STRAND_RECOVERY_INTERVAL_S, between drains.
@@ -51,6 +57,7 @@ struct st_relay {
     int kafka_up;       /* atomic: the producer reaches a broker */
     int leader;         /* atomic: this relay holds RELAY_LOCK_KEY and publishes */
     time_t kafka_down_since, resigned_until;
+    int backoff_ms;     /* the next pause before a CONNECT retry */
     PGconn *conn;
     rd_kafka_t *producer;
     time_t last_purge;
@@ -376,45 +383,57 @@ static void relay_wait(st_relay_t *r)
         PQfreemem(note);
 }
 
-static void *relay_main(void *arg)
+/* The relay's states (the header comment draws them); relay_step() is the one place
+ * that moves between them. */
+typedef enum {
+    RELAY_CONNECT,   /* no PostgreSQL session: connect, with backoff */
+    RELAY_STANDBY,   /* connected; another relay leads: ask for the lock every second */
+    RELAY_LEAD,      /* leading: drain, purge, sweep; step down when Kafka stays away */
+    RELAY_WAIT,      /* leading, drained: sleep until a notification or a deadline */
+} relay_state_t;
+
+/* Does the work of state `s` once and returns the next state. Relay thread only. */
+static relay_state_t relay_step(st_relay_t *r, relay_state_t s)
 {
-    st_relay_t *r = arg;
-    int backoff_ms = 100;
-    while (!relay_stopping(r)) {
-        if (r->conn == NULL && !relay_connect(r)) {
-            relay_pause(r, backoff_ms);
-            backoff_ms = backoff_ms < 5000 ? backoff_ms * 2 : 5000;
-            continue;
+    switch (s) {
+    case RELAY_CONNECT:
+        if (!relay_connect(r)) {
+            relay_pause(r, r->backoff_ms);
+            r->backoff_ms = r->backoff_ms < 5000 ? r->backoff_ms * 2 : 5000;
+            return RELAY_CONNECT;
         }
-        backoff_ms = 100;
-        if (!__atomic_load_n(&r->leader, __ATOMIC_ACQUIRE)) {
-            rd_kafka_poll(r->producer, 0);   /* serve error callbacks (a standby produces nothing) */
-            recheck_kafka(r);
-            int led = time(NULL) >= r->resigned_until ? relay_try_lead(r) : 0;
-            if (led < 0) {
-                relay_disconnect(r);
-                continue;
-            }
-            if (led == 0) {   /* another relay publishes: stand by */
-                relay_pause(r, STANDBY_RETRY_MS);
-                continue;
-            }
+        r->backoff_ms = 100;
+        return RELAY_STANDBY;
+    case RELAY_STANDBY: {
+        rd_kafka_poll(r->producer, 0);   /* serve error callbacks (a standby produces nothing) */
+        recheck_kafka(r);
+        int led = time(NULL) >= r->resigned_until ? relay_try_lead(r) : 0;
+        if (led < 0) {
+            relay_disconnect(r);
+            return RELAY_CONNECT;
         }
+        if (led == 0) {   /* another relay publishes: stand by */
+            relay_pause(r, STANDBY_RETRY_MS);
+            return RELAY_STANDBY;
+        }
+        return RELAY_LEAD;
+    }
+    case RELAY_LEAD: {
         int n = 0;
         while (!relay_stopping(r) && (n = relay_drain_once(r)) == r->cfg.relay_batch)
             ;
         if (n < 0 || PQstatus(r->conn) != CONNECTION_OK) {
             relay_disconnect(r);
-            continue;
+            return RELAY_CONNECT;
         }
         relay_purge(r);
         /* Not while Kafka is unreachable: signals wait unconsumed then, not lost. */
         if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE) && st_recovery_due(r->recovery) &&
             st_recovery_sweep(r->recovery, r->conn) > 0)
-            continue;   /* publish what it marked at once */
+            return RELAY_LEAD;   /* publish what it marked at once */
         if (PQstatus(r->conn) != CONNECTION_OK) {
             relay_disconnect(r);
-            continue;
+            return RELAY_CONNECT;
         }
         if (__atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE)) {
             r->kafka_down_since = 0;
@@ -422,11 +441,24 @@ static void *relay_main(void *arg)
             r->kafka_down_since = time(NULL);
         } else if (time(NULL) - r->kafka_down_since >= LEADER_KAFKA_DOWN_S) {
             relay_resign(r);
-            continue;
+            return r->conn == NULL ? RELAY_CONNECT : RELAY_STANDBY;
         }
-        if (!relay_stopping(r))
-            relay_wait(r);
+        return RELAY_WAIT;
     }
+    case RELAY_WAIT:
+        relay_wait(r);
+        return RELAY_LEAD;
+    }
+    return RELAY_CONNECT;
+}
+
+static void *relay_main(void *arg)
+{
+    st_relay_t *r = arg;
+    relay_state_t s = RELAY_CONNECT;
+    r->backoff_ms = 100;
+    while (!relay_stopping(r))
+        s = relay_step(r, s);
     relay_disconnect(r);
     return NULL;
 }

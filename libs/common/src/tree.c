@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "strand/pg.h"
+#include "strand/task.h"
+#include "strand/work.h"
 
 /* One round trip: cancels the instance's open tasks (each with a task event), its
  * pending calls, and the ACKs still awaited for its Kafka-transport calls (stage
@@ -13,18 +15,11 @@
  * children that have not ended, with the token each was started for. $2 NULL:
  * everything; else only what the wait $2 owns. */
 static const char *const sql_tree_end =
-    "WITH t AS (UPDATE strand.tasks SET status = 'cancelled'"
-    "   WHERE instance_id = $1::uuid AND status IN ('open', 'assigned')"
-    "   AND ($2::text IS NULL OR waiting_token = $2) RETURNING id),"
-    " e AS (INSERT INTO strand.task_events (task_id, kind, detail)"
-    "   SELECT id, 'cancelled', $3::jsonb FROM t),"
+    "WITH " ST_TASK_CANCEL_CTES("$1::uuid", "$2", "$3::jsonb") ","
     " c AS (UPDATE strand.calls SET status = 'cancelled', updated_at = now()"
     "   WHERE instance_id = $1::uuid AND status = 'pending'"
     "   AND ($2::text IS NULL OR waiting_token = $2)),"
-    " a AS (UPDATE strand.acks SET stage = 'cancelled', due_at = NULL, updated_at = now()"
-    "   WHERE due_at IS NOT NULL AND ack_guid IN (SELECT ack_guid FROM strand.work_events"
-    "   WHERE instance_id = $1::uuid AND kind = 'call'"
-    "   AND ($2::text IS NULL OR waiting_token = $2)))"
+    " a AS (" ST_ACK_CANCEL_CALLS_SQL("$1::uuid", "$2") ")"
     " SELECT id, parent_waiting_token FROM strand.instances"
     " WHERE parent_instance_id = $1::uuid AND ($2::text IS NULL OR parent_waiting_token = $2)"
     " AND status NOT IN ('completed', 'failed', 'cancelled', 'terminated')";

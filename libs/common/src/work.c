@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/history.h"
 #include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -18,8 +19,6 @@ static const char *const sql_ack_insert =
     "INSERT INTO strand.acks (ack_guid, consumer, due_at, delivery_timeout_s,"
     " processing_timeout_s, max_raises)"
     " VALUES ($1::uuid, $2, now() + make_interval(secs => $3::int), $3, $4, $5)";
-static const char *const sql_history_insert =
-    "INSERT INTO strand.history (instance_id, kind, detail) VALUES ($1::uuid, 'work_raised', $2::jsonb)";
 
 /* Reads one consumer entry; returns 0 if it is malformed. */
 static int consumer_settings(const json_t *item, const char **name, int *delivery,
@@ -110,11 +109,8 @@ st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[
     if (err == ST_OK) {
         json_t *detail = json_pack("{s:s, s:s, s:s, s:O}", "ack_guid", ack_guid, "kind", ev->kind,
                                    "event_code", ev->event_code, "consumers", ev->consumers);
-        char *text = json_dumps(detail, JSON_COMPACT);
+        err = st_history_add_tx(conn, ev->instance_id, "work_raised", detail, eb);
         json_decref(detail);
-        const char *hparams[] = {ev->instance_id, text};
-        err = st_pg_exec(conn, sql_history_insert, 2, hparams, NULL, eb);
-        free(text);
     }
     if (err == ST_OK)
         err = st_pg_exec(conn, "NOTIFY " ST_WORK_CHANNEL, 0, NULL, NULL, eb);
@@ -122,4 +118,49 @@ st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[
     free(payload);
     free(names);
     return err;
+}
+
+st_err_t st_ack_move_tx(PGconn *conn, const char *ack_guid, const char *consumer,
+                        st_ack_move_t move, const char *error, const char *message,
+                        const char *retry_at_ms, st_errbuf_t *eb)
+{
+    /* Parameters: $1 ack_guid, $2 consumer, then as `args` says. */
+    static const struct {
+        const char *sql;
+        const char *args;   /* e: error, m: message, r: retry_at_ms */
+    } moves[] = {
+        [ST_ACK_DELIVERED] = {"UPDATE strand.acks SET stage = 'processing', delivered_at = now(),"
+                              " due_at = now() + make_interval(secs => processing_timeout_s),"
+                              " message = $3, updated_at = now()"
+                              " WHERE ack_guid = $1::uuid AND consumer = $2", "m"},
+        [ST_ACK_PROCESSED] = {"UPDATE strand.acks SET stage = 'done', outcome = 'ok',"
+                              " delivered_at = coalesce(delivered_at, now()), processed_at = now(),"
+                              " due_at = NULL, message = $3, updated_at = now()"
+                              " WHERE ack_guid = $1::uuid AND consumer = $2", "m"},
+        [ST_ACK_RETRY] = {"UPDATE strand.acks SET stage = 'delivery', outcome = 'failed', error = $3,"
+                          " message = $4, retry_at = to_timestamp($5::double precision / 1000.0),"
+                          " due_at = to_timestamp($5::double precision / 1000.0), updated_at = now()"
+                          " WHERE ack_guid = $1::uuid AND consumer = $2", "emr"},
+        [ST_ACK_FAILED] = {"UPDATE strand.acks SET stage = 'failed', outcome = 'failed', error = $3,"
+                           " message = $4, due_at = NULL, updated_at = now()"
+                           " WHERE ack_guid = $1::uuid AND consumer = $2", "em"},
+        [ST_ACK_RERAISED] = {"UPDATE strand.acks SET raises = raises + 1, updated_at = now(),"
+                             " due_at = now() + make_interval(secs => delivery_timeout_s"
+                             " * power(2, least(raises + 1, 6)))"
+                             " WHERE ack_guid = $1::uuid AND consumer = $2", ""},
+        [ST_ACK_REMINDED] = {"UPDATE strand.acks SET reminders = reminders + 1, updated_at = now(),"
+                             " due_at = now() + make_interval(secs => processing_timeout_s"
+                             " * power(2, least(reminders + 1, 6)))"
+                             " WHERE ack_guid = $1::uuid AND consumer = $2", ""},
+        [ST_ACK_GIVEN_UP] = {"UPDATE strand.acks SET stage = 'failed', due_at = NULL, updated_at = now(),"
+                             " error = coalesce(error, $3) WHERE ack_guid = $1::uuid AND consumer = $2",
+                             "e"},
+    };
+    if ((int)move < 0 || (size_t)move >= sizeof moves / sizeof moves[0])
+        return st_err_set(eb, ST_ERR_INVALID, "unknown ACK move %d", (int)move);
+    const char *params[5] = {ack_guid, consumer};
+    int n = 2;
+    for (const char *a = moves[move].args; *a; a++)
+        params[n++] = *a == 'e' ? error : *a == 'm' ? message : retry_at_ms;
+    return st_pg_exec(conn, moves[move].sql, n, params, NULL, eb);
 }

@@ -19,7 +19,6 @@
 
 /* The topic suffixes every deployment has (prefixed with STRAND_TOPIC_PREFIX). */
 #define ST_TOPIC_SIGNALS "signals"
-#define ST_TOPIC_TIMERS  "timers"
 #define ST_TOPIC_WORK    "work"
 #define ST_TOPIC_NOTICES "notices"
 #define ST_TOPIC_INGRESS "ingress"

@@ -41,4 +41,25 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
                                const char *reason, int attempts, const char *node_id,
                                const void *payload, size_t len, st_errbuf_t *eb);
 
+/* An open dead letter taken by st_dead_letter_settle_tx(). */
+typedef struct {
+    char topic[256];   /* the full source topic name */
+    char key[37];      /* the instance id it was keyed by, "" for none */
+    void *payload;     /* the stored message, owned by the caller (free()) */
+    size_t len;
+} st_dead_letter_t;
+
+/* Marks the open dead letter `id` (decimal text) `status` ("replayed", "discarded") in
+ * the caller's open transaction. *found = 0 when no open letter has this id (nothing
+ * changed). With *found and `out` not NULL, `out` receives its source and payload. */
+st_err_t st_dead_letter_settle_tx(PGconn *conn, const char *id, const char *status, int *found,
+                                  st_dead_letter_t *out, st_errbuf_t *eb);
+
+/* The retention run's part, for its one statement (a CTE body): deletes the letters in
+ * the CTE named `letters` (column id) unless `dry`, a boolean SQL expression. Both are
+ * SQL text literals. */
+#define ST_DEAD_LETTER_PURGE_SQL(letters, dry)                                             \
+    "DELETE FROM strand.dead_letters d USING " letters " l WHERE NOT " dry                 \
+    " AND d.id = l.id RETURNING 1"
+
 #endif

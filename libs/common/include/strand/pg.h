@@ -12,15 +12,20 @@
 
 #include "strand/err.h"
 
+/* The one SQLSTATE -> st_err_t table: ST_ERR_TIMEOUT (57014, statement_timeout),
+ * ST_ERR_SERIALIZATION (40001, 40P01), ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other
+ * class 22/23), ST_ERR_DB (NULL = no server answer, class 08 and the rest of 57),
+ * ST_ERR_INTERNAL (anything else). */
+st_err_t st_pg_sqlstate_err(const char *state);
+
 /* Opens a connection (application_name = `app`). On success *out is owned by the
  * caller (close with PQfinish()). Fails with ST_ERR_DB and libpq's message. */
 st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf_t *eb);
 
 /* Runs one parameterised statement. `params` are text values (NULL = SQL NULL).
  * If `res` is not NULL it receives the result (caller frees with PQclear());
- * otherwise the result is freed here. Errors: ST_ERR_SERIALIZATION (40001, 40P01),
- * ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other class 22/23), ST_ERR_DB (connection
- * lost), ST_ERR_INTERNAL (anything else), with the server's message in `eb`. */
+ * otherwise the result is freed here. Errors as st_pg_sqlstate_err() maps them, with
+ * the server's message in `eb` (a description only: callers decide on the code). */
 st_err_t st_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                     PGresult **res, st_errbuf_t *eb);
 
@@ -66,8 +71,16 @@ st_err_t st_pg_exec_commit(PGconn *conn, const char *sql, int nparams,
  * the next statement). */
 void st_pg_rollback(PGconn *conn);
 
-/* True if the connection is up; tries one reset if it is not. */
-int st_pg_ensure(PGconn *conn);
+/* Applies a service's session settings (SET ...) to a new connection. */
+typedef st_err_t (*st_pg_setup_fn)(PGconn *conn, st_errbuf_t *eb);
+
+/* The one reconnect of every service's connection slot: ST_OK at once while `*slot` is
+ * up; otherwise closes it, connects anew as `app` and runs `setup` (NULL: none) on the
+ * new session, so that session settings survive a server restart (PQreset would drop
+ * them). On failure *slot is NULL and the error is returned. `*slot` stays owned by the
+ * caller (PQfinish). */
+st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
+                         st_pg_setup_fn setup, st_errbuf_t *eb);
 
 /* One migration file, embedded in the binary at build time. */
 typedef struct {

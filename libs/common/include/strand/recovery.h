@@ -1,5 +1,5 @@
 /*
- * recovery.h - the outbox's recovery sweep (design brief, invariant 5).
+ * recovery.h - the outbox's recovery sweep (docs/architecture.md, invariant 5).
  *
  * Kafka may lose a message the relay handed it (a topic deleted and recreated, a
  * broker's disk with replication factor 1, retention). For a signal that means an

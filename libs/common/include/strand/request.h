@@ -2,7 +2,7 @@
  * request.h - idempotency keys (strand.requests): a caller's request id, claimed once
  * per scope, so that a retried request changes nothing.
  *
- * A key is unique within (scope, owner, name) - ARCHITECTURE.md invariant 13,
+ * A key is unique within (scope, owner, name) - docs/architecture.md invariant 13,
  * "idempotency is scoped to what it protects":
  *   ST_REQUEST_START     ("", "")                       a start
  *   ST_REQUEST_SIGNAL    (instance id, signal name)     a signal or queue message
@@ -37,6 +37,13 @@ st_err_t st_request_claim_tx(PGconn *conn, const char *scope, const char *owner,
                              const char *name, const char *request_id,
                              const char *instance_id, int *fresh, char *prior_instance,
                              st_errbuf_t *eb);
+
+/* The retention run's part, for its one statement (a CTE body): deletes the keys
+ * recorded for the instances in the CTE named `batch` (column id) unless `dry`, a
+ * boolean SQL expression. Both are SQL text literals. */
+#define ST_REQUEST_PURGE_SQL(batch, dry)                                                  \
+    "DELETE FROM strand.requests r USING " batch " b WHERE NOT " dry                      \
+    " AND r.instance_id = b.id RETURNING 1"
 
 /* Like st_request_claim_tx() without claiming: sets *found, and `instance` (37 bytes,
  * may be NULL) to the instance the claim recorded ("" for none). Runs in the caller's

@@ -1,5 +1,5 @@
 /*
- * tree.h - what an instance owns, and how its end reaches it (ARCHITECTURE.md,
+ * tree.h - what an instance owns, and how its end reaches it (docs/architecture.md,
  * invariant 12): its open tasks, its pending calls, its running child instances, and
  * its parent's wait. The one place that rule is written; the executor (an instance
  * that completes, fails, is cancelled or terminated, or abandons a branch) and the API

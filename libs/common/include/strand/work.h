@@ -41,4 +41,33 @@ typedef struct {
 st_err_t st_work_emit_tx(PGconn *conn, const st_work_event_t *ev, char ack_guid[37],
                          st_errbuf_t *eb);
 
+/* ---- ACK stages (strand.acks: one row per (ack_guid, consumer); this module owns it) */
+
+/* What happens to one awaited ACK stage. */
+typedef enum {
+    ST_ACK_DELIVERED,   /* -> processing, due after the processing timeout (message) */
+    ST_ACK_PROCESSED,   /* -> done (message) */
+    ST_ACK_RETRY,       /* -> delivery again, due at retry_at_ms (error, message) */
+    ST_ACK_FAILED,      /* -> failed (error, message) */
+    ST_ACK_RERAISED,    /* delivery deadline passed, event raised again: next deadline */
+    ST_ACK_REMINDED,    /* processing deadline passed, reminder raised: next deadline */
+    ST_ACK_GIVEN_UP,    /* -> failed after the last raise (error, unless one is set) */
+} st_ack_move_t;
+
+/* Applies `move` to the ACK stage of (`ack_guid`, `consumer`) in the caller's open
+ * transaction; the caller has locked the row and checked the move. `error`, `message`
+ * and `retry_at_ms` (epoch ms as text) are used where the move says, else ignored. */
+st_err_t st_ack_move_tx(PGconn *conn, const char *ack_guid, const char *consumer,
+                        st_ack_move_t move, const char *error, const char *message,
+                        const char *retry_at_ms, st_errbuf_t *eb);
+
+/* A CTE body for tree.c's one end-of-instance statement: stops the awaited ACKs of the
+ * instance's Kafka-transport calls (stage cancelled, no deadline), those of the wait
+ * `token` only unless it is NULL. Arguments are SQL expressions as text literals. */
+#define ST_ACK_CANCEL_CALLS_SQL(instance, token)                                             \
+    "UPDATE strand.acks SET stage = 'cancelled', due_at = NULL, updated_at = now()"          \
+    "   WHERE due_at IS NOT NULL AND ack_guid IN (SELECT ack_guid FROM strand.work_events"   \
+    "   WHERE instance_id = " instance " AND kind = 'call'"                                  \
+    "   AND (" token "::text IS NULL OR waiting_token = " token "))"
+
 #endif
