@@ -15,6 +15,7 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
+#include "strand/call_allow.h"
 #include "strand/worker_http.h"
 
 #define CLAIM_BATCH 16
@@ -117,6 +118,9 @@ static void call_free(call_t *c)
 /* The CALL_RESULT result of a reply. Caller decrefs. */
 static json_t *reply_result(st_err_t err, st_worker_reply_t *reply)
 {
+    if (err != ST_OK && reply->refused)
+        return json_pack("{s:b, s:s, s:s, s:b}", "ok", 0, "error", reply->error, "code",
+                         ST_CALL_REFUSED_CODE, "retryable", 0);
     if (err != ST_OK)
         return json_pack("{s:b, s:s, s:b}", "ok", 0, "error", reply->error, "timeout",
                          reply->timed_out);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "strand/call_allow.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -74,6 +75,10 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
     memset(svc, 0, sizeof *svc);
     st_errbuf_t cfg_eb;
     if (st_config_load(&svc->cfg, name, default_port, &cfg_eb) != ST_OK) {
+        fprintf(stderr, "strand-%s: configuration error: %s\n", name, cfg_eb.msg);
+        exit(2);
+    }
+    if (st_call_allow_load_env(&cfg_eb) != ST_OK) {
         fprintf(stderr, "strand-%s: configuration error: %s\n", name, cfg_eb.msg);
         exit(2);
     }
