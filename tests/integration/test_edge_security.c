@@ -9,13 +9,16 @@
  *    actually connected to counts; a redirect from the allowed worker to a refused
  *    address is not followed;
  *  - the Kafka ingress refuses a token with a NUL byte (a valid token followed by NUL
- *    and junk), as the HTTP edge does.
+ *    and junk), as the HTTP edge does;
+ *  - the token file (STRAND_AUTH_FILE) is read again on SIGHUP and when it changes,
+ *    and a broken file keeps the tokens in force.
  * The test runs a small HTTP worker (allowed) and a trap (not allowed) in-process.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +32,12 @@
 
 #define T_ADMIN "edge-admin-token-0123456789"
 
+#define T_NEW "edge-new-token-0123456789"
+#define T_THIRD "edge-third-token-0123456789"
+
 static int worker_port, trap_port;
+static pid_t api_pid;
+static char token_path[256];
 static int trap_hits;
 static char suffix[32];
 
@@ -196,6 +204,44 @@ static void expect_refused(const char *name)
     json_decref(inst);
 }
 
+/* Writes the token file with admin tokens `a` and `b` (NULL: none) as a new file
+ * renamed over the old one, the way a Secret update or an editor replaces it. */
+static int write_tokens(const char *a, const char *b)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", token_path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return 0;
+    fprintf(f, "{\"tokens\": [{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]}", a);
+    if (b != NULL)
+        fprintf(f, ", {\"token\": \"%s\", \"principal\": \"second\", \"roles\": [\"admin\"]}", b);
+    fprintf(f, "]}");
+    return fclose(f) == 0 && rename(tmp, token_path) == 0;
+}
+
+/* GET /v1/definitions with `token`: the status. */
+static long with_token(const char *token)
+{
+    char *raw = NULL;
+    long status = it_http_request(IT_API, token, "GET", "/v1/definitions", NULL, &raw, NULL, 0);
+    free(raw);
+    return status;
+}
+
+/* Polls until `token` answers `want` or `timeout_s` pass; returns the last status. */
+static long wait_token(const char *token, long want, int timeout_s, double *took)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long status;
+    for (int i = 0; (status = with_token(token)) != want && i < timeout_s * 10; i++)
+        usleep(100 * 1000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    return status;
+}
+
 /* ---- the cases ------------------------------------------------------------------------ */
 
 static void test_start(void)
@@ -204,18 +250,14 @@ static void test_start(void)
     worker_port = listen_on(it_port(IT_API) + 30, 0);
     trap_port = listen_on(it_port(IT_API) + 20, 1);
     CU_ASSERT_FATAL(worker_port > 0 && trap_port > 0);
-    char path[256], allow[128];
-    snprintf(path, sizeof path, "/tmp/strand-test-edge-tokens-%d.json", (int)getpid());
-    FILE *f = fopen(path, "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fprintf(f, "{\"tokens\": [{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]}]}",
-            T_ADMIN);
-    fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
+    char allow[128];
+    snprintf(token_path, sizeof token_path, "/tmp/strand-test-edge-tokens-%d.json", (int)getpid());
+    CU_ASSERT_FATAL(write_tokens(T_ADMIN, NULL));
+    setenv("STRAND_AUTH_FILE", token_path, 1);
     /* Only the worker; "example.com" stands for a public host the operator lists. */
     snprintf(allow, sizeof allow, "example.com, 127.0.0.1:%d", worker_port);
     setenv("STRAND_CALL_ALLOW", allow, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
+    CU_ASSERT_FATAL((api_pid = it_start(IT_API)) > 0);
     CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
     CU_ASSERT_FATAL(it_start(IT_SCHEDULER) > 0);   /* retries wait on timers */
     int ready = 0;
@@ -226,7 +268,6 @@ static void test_start(void)
         if (!ready)
             usleep(100 * 1000);
     }
-    unlink(path);
     CU_ASSERT_FATAL(ready);
     char url[256];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/ok", worker_port);
@@ -333,6 +374,47 @@ static void test_ingress_token_with_nul(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* The token file is read again on SIGHUP and when it changes; a broken one keeps the
+ * tokens in force. */
+static void test_token_file_reload(void)
+{
+    double took;
+    CU_ASSERT_EQUAL(with_token(T_NEW), 401);
+    /* a new token, then SIGHUP */
+    CU_ASSERT_FATAL(write_tokens(T_ADMIN, T_NEW));
+    kill(api_pid, SIGHUP);
+    CU_ASSERT_EQUAL(wait_token(T_NEW, 200, 10, &took), 200);
+    printf("\n  token file + SIGHUP: new token accepted after %.2f s", took);
+    /* a broken file: the old tokens stay, the API stays up */
+    FILE *f = fopen(token_path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fprintf(f, "{\"tokens\": [ this is not JSON");
+    fclose(f);
+    kill(api_pid, SIGHUP);
+    sleep(1);
+    CU_ASSERT_EQUAL(wait_token(T_NEW, 200, 1, &took), 200);
+    CU_ASSERT_EQUAL(with_token(T_ADMIN), 200);
+    char log[600], *text = NULL;
+    snprintf(log, sizeof log, "cat %s/test_edge_security-api.log", getenv("STRAND_TEST_LOG_DIR") ?: "/tmp");
+    FILE *p = popen(log, "r");
+    size_t cap = 0;
+    if (p != NULL) {
+        ssize_t n = getdelim(&text, &cap, '\0', p);
+        (void)n;
+        pclose(p);
+    }
+    CU_ASSERT_PTR_NOT_NULL(text ? strstr(text, "could not reload the token file") : NULL);
+    free(text);
+    /* a changed file without a signal: picked up by the periodic check */
+    CU_ASSERT_FATAL(write_tokens(T_ADMIN, T_THIRD));
+    CU_ASSERT_EQUAL(wait_token(T_THIRD, 200, 30, &took), 200);
+    printf("\n  token file changed, no signal: new token accepted after %.2f s", took);
+    CU_ASSERT_EQUAL(with_token(T_NEW), 401);
+    CU_ASSERT_EQUAL(with_token(T_ADMIN), 200);
+    printf("\n");
+    unlink(token_path);
+}
+
 int main(void)
 {
     if (!it_init("test_edge_security"))
@@ -344,6 +426,7 @@ int main(void)
         {"a name resolving to loopback is refused", test_name_resolving_to_loopback},
         {"a redirect is not followed", test_redirect_not_followed},
         {"kafka ingress: a token with a NUL is refused", test_ingress_token_with_nul},
+        {"the token file is reloaded without restart", test_token_file_reload},
     };
     return it_run_suite("edge_security", cases, (int)(sizeof cases / sizeof cases[0]));
 }

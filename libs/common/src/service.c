@@ -22,6 +22,32 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(svc->base, NULL);
 }
 
+static void run_reloaders(st_service_t *svc, int forced)
+{
+    for (int i = 0; i < svc->nreload; i++)
+        svc->reload_fns[i](svc->reload_ctxs[i], forced);
+}
+
+static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
+{
+    st_log_info("reload signal received, reading files again", "signal=%d", (int)sig);
+    run_reloaders(arg, 1);
+}
+
+static void on_reload_check(evutil_socket_t fd, short what, void *arg)
+{
+    run_reloaders(arg, 0);
+}
+
+void st_service_on_reload(st_service_t *svc, st_reload_fn fn, void *ctx)
+{
+    if (svc->nreload == ST_MAX_RELOADERS)
+        abort();
+    svc->reload_fns[svc->nreload] = fn;
+    svc->reload_ctxs[svc->nreload] = ctx;
+    svc->nreload++;
+}
+
 static void handle_healthz(st_http_req_t *req, void *ctx)
 {
     st_http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
@@ -106,6 +132,13 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         event_add(ev, NULL);
         svc->signal_events[i] = ev;
     }
+    struct event *hup = evsignal_new(svc->base, SIGHUP, on_reload_signal, svc);
+    struct event *check = event_new(svc->base, -1, EV_PERSIST, on_reload_check, svc);
+    struct timeval every = {ST_RELOAD_CHECK_MS / 1000, (ST_RELOAD_CHECK_MS % 1000) * 1000};
+    if (hup == NULL || check == NULL || event_add(hup, NULL) != 0 || event_add(check, &every) != 0)
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not set up the reload signal");
+    svc->reload_events[0] = hup;
+    svc->reload_events[1] = check;
     st_log_info("service starting", "node=%s http=%s:%d", svc->cfg.node_id,
                 svc->cfg.http_addr, svc->cfg.http_port);
     return ST_OK;
@@ -168,6 +201,9 @@ void st_service_close(st_service_t *svc)
     for (int i = 0; i < 2; i++)
         if (svc->signal_events[i])
             event_free(svc->signal_events[i]);
+    for (int i = 0; i < 2; i++)
+        if (svc->reload_events[i])
+            event_free(svc->reload_events[i]);
     if (svc->base)
         event_base_free(svc->base);
 }
