@@ -11,7 +11,11 @@
  *  - the Kafka ingress refuses a token with a NUL byte (a valid token followed by NUL
  *    and junk), as the HTTP edge does;
  *  - the token file (STRAND_AUTH_FILE) is read again on SIGHUP and when it changes,
- *    and a broken file keeps the tokens in force.
+ *    and a broken file keeps the tokens in force;
+ *  - an API replica with STRAND_HTTP_TLS_CERT_FILE/KEY_FILE (a self-signed pair made
+ *    with openssl here) answers over https, refuses plain http on its port, keeps the
+ *    HTTP edge's checks (a control character in a header: 400), and serves a replaced
+ *    certificate after SIGHUP or, without a signal, after the periodic check.
  * The test runs a small HTTP worker (allowed) and a trap (not allowed) in-process.
  */
 #define _GNU_SOURCE
@@ -25,6 +29,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <curl/curl.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "st_test.h"
@@ -415,6 +422,167 @@ static void test_token_file_reload(void)
     unlink(token_path);
 }
 
+/* ---- TLS ---- */
+
+static char tls_dir[128];
+static pid_t tls_pid;
+
+static int tls_port(void)
+{
+    return it_port(IT_API) + 44;   /* replica 1 of the API (harness.c) */
+}
+
+static size_t keep_text(char *data, size_t size, size_t n, void *arg)
+{
+    (void)data;
+    (void)arg;
+    return size * n;
+}
+
+/* GET `path` on the TLS replica over `scheme` ("https" or "http"). Returns the status
+ * (-1: no HTTP answer); `cn` gets the served certificate's subject (https). */
+static long tls_get(const char *scheme, const char *path, const char *token, char *cn, size_t cn_len)
+{
+    char url[256], auth[200];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", scheme, tls_port(), path);
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = NULL;
+    if (token != NULL) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        headers = curl_slist_append(NULL, auth);
+    }
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);   /* self-signed */
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+    curl_easy_setopt(curl, CURLOPT_CERTINFO, 1L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_FORBID_REUSE, 1L);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, keep_text);
+    long status = -1;
+    if (cn != NULL)
+        cn[0] = '\0';
+    if (curl_easy_perform(curl) == CURLE_OK) {
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+        struct curl_certinfo *ci = NULL;
+        if (cn != NULL && curl_easy_getinfo(curl, CURLINFO_CERTINFO, &ci) == CURLE_OK && ci &&
+            ci->num_of_certs > 0)
+            for (struct curl_slist *l = ci->certinfo[0]; l != NULL; l = l->next)
+                if (strncmp(l->data, "Subject:", 8) == 0)
+                    snprintf(cn, cn_len, "%s", l->data + 8);
+    }
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    return status;
+}
+
+/* Makes a self-signed pair <tls_dir>/<name>.crt and .key with subject CN=<name>. */
+static int make_pair(const char *name)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=%s -keyout %s/%s.key"
+             " -out %s/%s.crt >/dev/null 2>&1", name, tls_dir, name, tls_dir, name);
+    return system(cmd) == 0;
+}
+
+/* Installs pair `name` as the served tls.crt and tls.key (key first, each renamed over). */
+static int install_pair(const char *name)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "cp %1$s/%2$s.key %1$s/new.key && mv %1$s/new.key %1$s/tls.key && "
+             "cp %1$s/%2$s.crt %1$s/new.crt && mv %1$s/new.crt %1$s/tls.crt", tls_dir, name);
+    return system(cmd) == 0;
+}
+
+/* Polls until the served certificate's subject contains `want`; returns 1 if it did. */
+static int wait_cert(const char *want, int timeout_s, double *took)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char cn[256] = "";
+    int seen = 0;
+    for (int i = 0; i < timeout_s * 10 && !seen; i++) {
+        seen = tls_get("https", "/healthz", NULL, cn, sizeof cn) == 200 && strstr(cn, want) != NULL;
+        if (!seen)
+            usleep(100 * 1000);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    return seen;
+}
+
+static void test_tls_listener(void)
+{
+    snprintf(tls_dir, sizeof tls_dir, "/tmp/strand-test-edge-tls-%d", (int)getpid());
+    mkdir(tls_dir, 0700);
+    CU_ASSERT_FATAL(make_pair("cert-one") && make_pair("cert-two") && install_pair("cert-one"));
+    char cert[200], key[200];
+    snprintf(cert, sizeof cert, "%s/tls.crt", tls_dir);
+    snprintf(key, sizeof key, "%s/tls.key", tls_dir);
+    CU_ASSERT_FATAL(write_tokens(T_ADMIN, NULL));
+    setenv("STRAND_HTTP_TLS_CERT_FILE", cert, 1);
+    setenv("STRAND_HTTP_TLS_KEY_FILE", key, 1);
+    tls_pid = it_start_replica(IT_API, 1);
+    unsetenv("STRAND_HTTP_TLS_CERT_FILE");
+    unsetenv("STRAND_HTTP_TLS_KEY_FILE");
+    CU_ASSERT_FATAL(tls_pid > 0);
+    double took;
+    CU_ASSERT_FATAL(wait_cert("cert-one", 90, &took));
+    /* https answers, with authentication as usual */
+    CU_ASSERT_EQUAL(tls_get("https", "/v1/definitions", T_ADMIN, NULL, 0), 200);
+    CU_ASSERT_EQUAL(tls_get("https", "/v1/definitions", NULL, NULL, 0), 401);
+    /* plain http on the TLS port: no HTTP answer */
+    long plain = tls_get("http", "/healthz", NULL, NULL, 0);
+    printf("\n  tls: plain http on the https port answered %ld", plain);
+    CU_ASSERT_EQUAL(plain, -1);
+    /* the edge still checks the (decrypted) head: a control character is a 400 */
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/", tls_port());
+    CURL *curl = curl_easy_init();
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+    curl_easy_setopt(curl, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+    char answer[2048] = "";
+    size_t got = 0;
+    if (curl_easy_perform(curl) == CURLE_OK) {
+        static const char head[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\001b\r\n\r\n";
+        size_t sent = 0;
+        curl_easy_send(curl, head, sizeof head - 1, &sent);
+        for (int i = 0; i < 100 && got < 12; i++) {
+            size_t n = 0;
+            CURLcode rc = curl_easy_recv(curl, answer + got, sizeof answer - 1 - got, &n);
+            if (rc == CURLE_AGAIN) {
+                usleep(50 * 1000);
+                continue;
+            }
+            if (rc != CURLE_OK || n == 0)
+                break;
+            got += n;
+        }
+    }
+    answer[got] = '\0';
+    curl_easy_cleanup(curl);
+    printf("\n  tls: a head with a control character answered \"%.12s\"", answer);
+    CU_ASSERT_EQUAL(strncmp(answer, "HTTP/1.1 400", 12), 0);
+    /* a new certificate: SIGHUP */
+    CU_ASSERT_FATAL(install_pair("cert-two"));
+    kill(tls_pid, SIGHUP);
+    CU_ASSERT_TRUE(wait_cert("cert-two", 10, &took));
+    printf("\n  tls: certificate replaced + SIGHUP: served after %.2f s", took);
+    /* and back, without a signal: the periodic check */
+    CU_ASSERT_FATAL(install_pair("cert-one"));
+    CU_ASSERT_TRUE(wait_cert("cert-one", 30, &took));
+    printf("\n  tls: certificate replaced, no signal: served after %.2f s\n", took);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tls_dir);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 int main(void)
 {
     if (!it_init("test_edge_security"))
@@ -427,6 +595,7 @@ int main(void)
         {"a redirect is not followed", test_redirect_not_followed},
         {"kafka ingress: a token with a NUL is refused", test_ingress_token_with_nul},
         {"the token file is reloaded without restart", test_token_file_reload},
+        {"the API over TLS, its certificate reloaded", test_tls_listener},
     };
     return it_run_suite("edge_security", cases, (int)(sizeof cases / sizeof cases[0]));
 }

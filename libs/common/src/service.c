@@ -48,6 +48,19 @@ void st_service_on_reload(st_service_t *svc, st_reload_fn fn, void *ctx)
     svc->nreload++;
 }
 
+/* SIGHUP or a changed certificate: new connections use the new pair; a pair that
+ * does not load keeps the old one. */
+static void reload_tls(void *ctx, int forced)
+{
+    st_service_t *svc = ctx;
+    st_errbuf_t eb;
+    int reloaded = 0;
+    if (st_http_server_reload_tls(svc->http, forced, &reloaded, &eb) != ST_OK)
+        st_log_error("could not reload the TLS certificate, keeping the old one", "%s", eb.msg);
+    else if (reloaded)
+        st_log_info("TLS certificate reloaded", "file=%s", svc->cfg.tls_cert_file);
+}
+
 static void handle_healthz(st_http_req_t *req, void *ctx)
 {
     st_http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
@@ -119,6 +132,11 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
     if (err == ST_OK)
         err = st_http_server_set_limits(svc->http, svc->cfg.max_header_bytes,
                                         svc->cfg.max_headers, svc->cfg.header_timeout_ms, eb);
+    if (err == ST_OK && svc->cfg.tls_cert_file[0] != '\0') {
+        err = st_http_server_set_tls(svc->http, svc->cfg.tls_cert_file, svc->cfg.tls_key_file, eb);
+        if (err == ST_OK)
+            st_service_on_reload(svc, reload_tls, svc);
+    }
     if (err != ST_OK)
         return err;
     add_public_routes(svc);
@@ -139,8 +157,9 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         return st_err_set(eb, ST_ERR_INTERNAL, "could not set up the reload signal");
     svc->reload_events[0] = hup;
     svc->reload_events[1] = check;
-    st_log_info("service starting", "node=%s http=%s:%d", svc->cfg.node_id,
-                svc->cfg.http_addr, svc->cfg.http_port);
+    st_log_info("service starting", "node=%s %s=%s:%d", svc->cfg.node_id,
+                svc->cfg.tls_cert_file[0] ? "https" : "http", svc->cfg.http_addr,
+                svc->cfg.http_port);
     return ST_OK;
 }
 
