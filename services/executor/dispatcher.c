@@ -59,7 +59,7 @@ struct st_dispatcher {
     double next_report_try;
     double next_connect_try;
 
-    st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
+    st_metric_t *m_calls_ok, *m_calls_failed, *m_calls_refused, *m_duration;
 };
 
 /* Returns sent calls whose lease has passed (their executor died or lost the
@@ -406,7 +406,8 @@ static void report_finished(st_dispatcher_t *d)
             break;
         }
         st_metric_inc(json_is_true(json_object_get(c->result, "ok")) ? d->m_calls_ok
-                                                                      : d->m_calls_failed);
+                      : json_is_false(json_object_get(c->result, "retryable")) ? d->m_calls_refused
+                                                                              : d->m_calls_failed);
         d->finished = c->next;
         call_free(c);
         freed++;
@@ -539,6 +540,8 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
                                        "outcome=\"ok\"");
     d->m_calls_failed = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                            "outcome=\"failed\"");
+    d->m_calls_refused = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
+                                            "outcome=\"refused\"");
     d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
                                          "Duration of outbound calls", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);

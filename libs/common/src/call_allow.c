@@ -114,8 +114,9 @@ static int parse_entry(const char *text, entry_t *e)
             snprintf(host, sizeof host, "%s", text);
         }
     }
-    if (!host_chars_ok(host))
-        return 0;
+    unsigned char v6[16];
+    if (!host_chars_ok(host) || (strchr(host, ':') != NULL && inet_pton(AF_INET6, host, v6) != 1))
+        return 0;   /* a host with a colon must be an IPv6 literal */
     if (port_text != NULL && !parse_port(port_text, &e->port))
         return 0;
     for (char *p = host; *p; p++)
