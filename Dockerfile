@@ -28,7 +28,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       ca-certificates librdkafka1 libpq5 libhiredis0.14 libprotobuf-c1 libevent-2.1-7 \
-      libjansson4 libcurl4 libuuid1 libssl3 libgvc6 libcgraph6 \
+      libjansson4 libcurl4 libuuid1 libssl3 libevent-openssl-2.1-7 libgvc6 libcgraph6 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 strand \
  && useradd --system --uid 10001 --gid strand --no-create-home --home-dir /nonexistent \

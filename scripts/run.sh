@@ -16,6 +16,10 @@ services=(api executor scheduler monitor)
 declare -A ports=([api]=8080 [executor]=8081 [scheduler]=8082 [monitor]=8083)
 ctl=build/services/strandctl/strandctl
 export STRAND_API_URL=${STRAND_API_URL:-http://127.0.0.1:${ports[api]}}
+# Calls may reach loopback workers only when listed (docs/configuration.md): the dev
+# run allows the example worker (examples/signup/signup_worker.py on 8088), not the
+# services' own ports. Set STRAND_CALL_ALLOW to list your own workers.
+export STRAND_CALL_ALLOW=${STRAND_CALL_ALLOW-127.0.0.1:8088}
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(head -n1 "$1")" 2>/dev/null; }
 

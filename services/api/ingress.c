@@ -89,6 +89,56 @@ typedef struct {
     size_t stored_len;
 } attempt_t;
 
+/* Reads a base-128 varint at *pos; returns 0 when it runs past `len`. */
+static int read_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *out)
+{
+    *out = 0;
+    for (int shift = 0; shift < 64 && *pos < len; shift += 7) {
+        uint8_t b = buf[(*pos)++];
+        *out |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return 1;
+    }
+    return 0;
+}
+
+/* True when every token field (IngressCommand field 5) on the wire is printable ASCII
+ * without spaces, as an HTTP bearer token must be. protobuf-c hands the string over
+ * NUL-terminated, so "good-token\0junk" would otherwise read as "good-token". */
+static int wire_token_clean(const uint8_t *buf, size_t len)
+{
+    size_t pos = 0;
+    while (pos < len) {
+        uint64_t key, n;
+        if (!read_varint(buf, len, &pos, &key))
+            return 0;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(buf, len, &pos, &n))
+                return 0;
+            break;
+        case 1:
+            pos += 8;
+            break;
+        case 5:
+            pos += 4;
+            break;
+        case 2:
+            if (!read_varint(buf, len, &pos, &n) || n > len - pos)
+                return 0;
+            if ((key >> 3) == 5)
+                for (size_t i = pos; i < pos + n; i++)
+                    if (buf[i] < 0x21 || buf[i] > 0x7e)
+                        return 0;
+            pos += n;
+            break;
+        default:
+            return 0;
+        }
+    }
+    return pos == len;
+}
+
 /* Decodes and runs the command once. An oversized message is refused unread; a decoded
  * one is re-encoded without its bearer token into a->stored, for a dead letter. */
 static void run_once(st_ingress_t *ing, const rd_kafka_message_t *msg, attempt_t *a)
@@ -128,7 +178,8 @@ static void run_once(st_ingress_t *ing, const rd_kafka_message_t *msg, attempt_t
              !json_is_object(args))
         st_answer_problem(&a->answer, 400, "invalid_json", "args must be a JSON object", "/args",
                           NULL);
-    else if (st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
+    else if ((st_auth_enabled(ing->auth) && !wire_token_clean(msg->payload, msg->len)) ||
+             st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
         st_answer_problem(&a->answer, 401, "unauthenticated",
                           "the command's token is missing or not known", "/token", NULL);
     else if (st_api_authorize_command(ing->conn, &who, cmd->type,

@@ -122,6 +122,18 @@ static int check_openapi(void)
     return rc;
 }
 
+/* SIGHUP or a changed STRAND_AUTH_FILE: new tokens take effect, a bad file keeps the
+ * old ones (auth.h). */
+static void reload_tokens(void *ctx, int forced)
+{
+    st_errbuf_t eb;
+    int reloaded = 0;
+    if (st_auth_reload(ctx, forced, &reloaded, &eb) != ST_OK)
+        st_log_error("could not reload the token file, keeping the old tokens", "%s", eb.msg);
+    else if (reloaded)
+        st_log_info("token file reloaded", NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--check-openapi") == 0)
@@ -157,6 +169,7 @@ int main(int argc, char **argv)
         st_service_close(&svc);
         return 2;
     }
+    st_service_on_reload(&svc, reload_tokens, api.auth);
     if (!st_auth_enabled(api.auth))
         st_log_write(ST_LOG_WARN, "authentication is off: every caller is an admin",
                      "set STRAND_AUTH_FILE to a token file (docs/api.md)", NULL);

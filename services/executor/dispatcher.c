@@ -16,6 +16,7 @@
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
+#include "strand/call_allow.h"
 #include "strand/worker_http.h"
 
 #define CLAIM_BATCH 16
@@ -59,7 +60,7 @@ struct st_dispatcher {
     double next_report_try;
     double next_connect_try;
 
-    st_metric_t *m_calls_ok, *m_calls_failed, *m_duration;
+    st_metric_t *m_calls_ok, *m_calls_failed, *m_calls_refused, *m_duration;
 };
 
 /* Returns sent calls whose lease has passed (their executor died or lost the
@@ -112,6 +113,9 @@ static void call_free(call_t *c)
 /* The CALL_RESULT result of a reply. Caller decrefs. */
 static json_t *reply_result(st_err_t err, st_worker_reply_t *reply)
 {
+    if (err != ST_OK && reply->refused)
+        return json_pack("{s:b, s:s, s:s, s:b}", "ok", 0, "error", reply->error, "code",
+                         ST_CALL_REFUSED_CODE, "retryable", 0);
     if (err != ST_OK)
         return json_pack("{s:b, s:s, s:b}", "ok", 0, "error", reply->error, "timeout",
                          reply->timed_out);
@@ -391,7 +395,8 @@ static void report_finished(st_dispatcher_t *d)
             break;
         }
         st_metric_inc(json_is_true(json_object_get(c->result, "ok")) ? d->m_calls_ok
-                                                                      : d->m_calls_failed);
+                      : json_is_false(json_object_get(c->result, "retryable")) ? d->m_calls_refused
+                                                                              : d->m_calls_failed);
         d->finished = c->next;
         call_free(c);
         freed++;
@@ -524,6 +529,8 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
                                        "outcome=\"ok\"");
     d->m_calls_failed = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                            "outcome=\"failed\"");
+    d->m_calls_refused = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
+                                            "outcome=\"refused\"");
     d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
                                          "Duration of outbound calls", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);

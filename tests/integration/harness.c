@@ -106,6 +106,9 @@ static pid_t spawn(it_service_t svc, int replica)
         setenv("STRAND_TOPIC_PREFIX", topic_prefix, 1);
         setenv("STRAND_TOPIC_PARTITIONS", "4", 0);
         setenv("STRAND_NODE_ID", node, 1);
+        /* Test workers listen on 127.0.0.1, which calls may reach only when allowed;
+         * a test that needs a narrower list sets STRAND_CALL_ALLOW itself. */
+        setenv("STRAND_CALL_ALLOW", "127.0.0.1", 0);
         execl(path, path, (char *)NULL);
         fprintf(stderr, "could not exec %s: %s\n", path, strerror(errno));
         _exit(127);

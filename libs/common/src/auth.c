@@ -2,6 +2,8 @@
 #include "strand/auth.h"
 
 #include <openssl/sha.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,22 @@ typedef struct {
     st_grant_t *grants;   /* owned */
 } role_def_t;
 
-struct st_auth {
+/* One reading of the token file. A reload makes a new one; the old ones stay until
+ * st_auth_free(), since principals handed out point at their grants. */
+typedef struct table {
     int enabled;
     size_t count;
     token_entry_t *entries;
     size_t nroles;
     role_def_t *roles;
+    struct table *older;   /* the table this one replaced */
+} table_t;
+
+struct st_auth {
+    table_t *current;       /* read without a lock: swapped atomically, never freed early */
+    pthread_mutex_t lock;   /* serialises reloads */
+    char path[1024];        /* "" = authentication off */
+    struct stat seen;       /* the file as last read (or tried), for the change check */
 };
 
 #define PERM_BIT(p) (1u << (p))
@@ -158,7 +170,7 @@ static st_err_t parse_permission(const char *text, const char *where, unsigned *
 }
 
 /* Reads the optional "roles" object into auth->roles. */
-static st_err_t load_roles(st_auth_t *auth, const json_t *roles, st_errbuf_t *eb)
+static st_err_t load_roles(table_t *auth, const json_t *roles, st_errbuf_t *eb)
 {
     if (roles == NULL)
         return ST_OK;
@@ -200,7 +212,7 @@ static st_err_t load_roles(st_auth_t *auth, const json_t *roles, st_errbuf_t *eb
 }
 
 /* Gives the token entry the permissions of its roles. */
-static st_err_t resolve_roles(const st_auth_t *auth, token_entry_t *e, st_errbuf_t *eb)
+static st_err_t resolve_roles(const table_t *auth, token_entry_t *e, st_errbuf_t *eb)
 {
     st_principal_t *who = &e->principal;
     int n = 0;
@@ -242,9 +254,12 @@ static int hex_decode(const char *hex, unsigned char *out, size_t len)
     return 1;
 }
 
-st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
+static void table_free(table_t *auth);
+
+/* Reads the token file at `path` into a new table (*out, freed with table_free()). */
+static st_err_t table_load(const char *path, table_t **out, st_errbuf_t *eb)
 {
-    st_auth_t *auth = calloc(1, sizeof *auth);
+    table_t *auth = calloc(1, sizeof *auth);
     if (auth == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the token table");
     if (path == NULL || *path == '\0') {
@@ -312,7 +327,7 @@ st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
     }
     json_decref(doc);
     if (err != ST_OK) {
-        st_auth_free(auth);
+        table_free(auth);
         return err;
     }
     auth->enabled = 1;
@@ -320,7 +335,7 @@ st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
     return ST_OK;
 }
 
-void st_auth_free(st_auth_t *auth)
+static void table_free(table_t *auth)
 {
     if (auth == NULL)
         return;
@@ -333,9 +348,78 @@ void st_auth_free(st_auth_t *auth)
     free(auth);
 }
 
+st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb)
+{
+    st_auth_t *auth = calloc(1, sizeof *auth);
+    if (auth == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the token table");
+    pthread_mutex_init(&auth->lock, NULL);
+    snprintf(auth->path, sizeof auth->path, "%s", path ? path : "");
+    if (auth->path[0] != '\0' && stat(auth->path, &auth->seen) != 0)
+        memset(&auth->seen, 0, sizeof auth->seen);
+    st_err_t err = table_load(path, &auth->current, eb);
+    if (err != ST_OK) {
+        pthread_mutex_destroy(&auth->lock);
+        free(auth);
+        return err;
+    }
+    *out = auth;
+    return ST_OK;
+}
+
+void st_auth_free(st_auth_t *auth)
+{
+    if (auth == NULL)
+        return;
+    for (table_t *t = auth->current, *older; t != NULL; t = older) {
+        older = t->older;
+        table_free(t);
+    }
+    pthread_mutex_destroy(&auth->lock);
+    free(auth);
+}
+
+/* Reloads under auth->lock; `force` = 0 reads the file only when it changed. */
+static st_err_t reload_locked(st_auth_t *auth, int force, int *reloaded, st_errbuf_t *eb)
+{
+    struct stat now;
+    if (stat(auth->path, &now) != 0)
+        memset(&now, 0, sizeof now);
+    if (!force && now.st_ino == auth->seen.st_ino && now.st_dev == auth->seen.st_dev &&
+        now.st_size == auth->seen.st_size && now.st_mtim.tv_sec == auth->seen.st_mtim.tv_sec &&
+        now.st_mtim.tv_nsec == auth->seen.st_mtim.tv_nsec)
+        return ST_OK;
+    auth->seen = now;   /* a bad file is reported once, not at every check */
+    table_t *fresh = NULL;
+    st_err_t err = table_load(auth->path, &fresh, eb);
+    if (err != ST_OK)
+        return err;
+    fresh->older = auth->current;
+    __atomic_store_n(&auth->current, fresh, __ATOMIC_RELEASE);
+    *reloaded = 1;
+    return ST_OK;
+}
+
+st_err_t st_auth_reload(st_auth_t *auth, int force, int *reloaded, st_errbuf_t *eb)
+{
+    *reloaded = 0;
+    if (auth == NULL || auth->path[0] == '\0')
+        return ST_OK;
+    pthread_mutex_lock(&auth->lock);
+    st_err_t err = reload_locked(auth, force, reloaded, eb);
+    pthread_mutex_unlock(&auth->lock);
+    return err;
+}
+
+/* The current table; borrowed, valid until st_auth_free(). */
+static const table_t *current(const st_auth_t *auth)
+{
+    return __atomic_load_n(&auth->current, __ATOMIC_ACQUIRE);
+}
+
 int st_auth_enabled(const st_auth_t *auth)
 {
-    return auth != NULL && auth->enabled;
+    return auth != NULL && current(auth)->enabled;
 }
 
 st_err_t st_auth_authenticate(const st_auth_t *auth, const char *token, st_principal_t *who)
@@ -352,14 +436,15 @@ st_err_t st_auth_authenticate(const st_auth_t *auth, const char *token, st_princ
         return ST_ERR_UNAUTHORIZED;
     unsigned char digest[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)token, strlen(token), digest);
+    const table_t *table = current(auth);
     const token_entry_t *found = NULL;
-    for (size_t i = 0; i < auth->count; i++) {
+    for (size_t i = 0; i < table->count; i++) {
         /* Compare every byte of every entry: no early exit on a partial match. */
         unsigned char diff = 0;
         for (size_t k = 0; k < sizeof digest; k++)
-            diff |= (unsigned char)(digest[k] ^ auth->entries[i].digest[k]);
+            diff |= (unsigned char)(digest[k] ^ table->entries[i].digest[k]);
         if (diff == 0 && found == NULL)
-            found = &auth->entries[i];
+            found = &table->entries[i];
     }
     if (found == NULL)
         return ST_ERR_UNAUTHORIZED;

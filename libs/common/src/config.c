@@ -129,6 +129,8 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_TOPIC_REPLICATION", 1, 1, 16, topic_replication);
     STR("STRAND_REDIS_URL", "", redis_url);
     STR("STRAND_AUTH_FILE", "", auth_file);
+    STR("STRAND_HTTP_TLS_CERT_FILE", "", tls_cert_file);
+    STR("STRAND_HTTP_TLS_KEY_FILE", "", tls_key_file);
     STR("STRAND_HTTP_ADDR", "127.0.0.1", http_addr);
     INT("STRAND_HTTP_PORT", default_port, 1, 65535, http_port);
     STR("STRAND_LOG_LEVEL", "info", log_level);
@@ -175,6 +177,9 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
         return st_err_set(eb, ST_ERR_CONFIG, "STRAND_KAFKA_BROKERS must not be empty");
     if ((err = check_kafka_security(cfg, eb)) != ST_OK)
         return err;
+    if ((cfg->tls_cert_file[0] == '\0') != (cfg->tls_key_file[0] == '\0'))
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_HTTP_TLS_CERT_FILE and "
+                          "STRAND_HTTP_TLS_KEY_FILE must be set together");
     if (cfg->redis_url[0] != '\0' && strncmp(cfg->redis_url, "redis://", 8) != 0)
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_REDIS_URL must look like redis://host:port, got \"%s\"",

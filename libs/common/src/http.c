@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "http_int.h"
@@ -34,6 +35,8 @@ struct st_http_server {
     st_http_guard_fn guard;
     void *guard_ctx;
     st_edge_t edge;  /* request-head checks on the raw bytes (http_edge.c) */
+    char tls_cert[1024], tls_key[1024];   /* "" = plain HTTP */
+    struct stat tls_seen[2];              /* the files as last read, for the reload check */
 };
 
 struct st_http_req {
@@ -342,12 +345,65 @@ st_err_t st_http_server_new(void *base, const char *addr, int port, int max_body
     return ST_OK;
 }
 
+/* True when `now` differs from `seen` (another file, size or mtime). */
+static int file_changed(const struct stat *seen, const struct stat *now)
+{
+    return now->st_ino != seen->st_ino || now->st_dev != seen->st_dev ||
+           now->st_size != seen->st_size || now->st_mtim.tv_sec != seen->st_mtim.tv_sec ||
+           now->st_mtim.tv_nsec != seen->st_mtim.tv_nsec;
+}
+
+static void stat_or_zero(const char *path, struct stat *st)
+{
+    if (stat(path, st) != 0)
+        memset(st, 0, sizeof *st);
+}
+
+st_err_t st_http_server_set_tls(st_http_server_t *srv, const char *cert_file,
+                                const char *key_file, st_errbuf_t *eb)
+{
+    if (strlen(cert_file) >= sizeof srv->tls_cert || strlen(key_file) >= sizeof srv->tls_key)
+        return st_err_set(eb, ST_ERR_CONFIG, "the TLS file names are too long");
+    snprintf(srv->tls_cert, sizeof srv->tls_cert, "%s", cert_file);
+    snprintf(srv->tls_key, sizeof srv->tls_key, "%s", key_file);
+    int reloaded;
+    st_err_t err = st_http_server_reload_tls(srv, 1, &reloaded, eb);
+    if (err != ST_OK)
+        srv->tls_cert[0] = srv->tls_key[0] = '\0';
+    return err;
+}
+
+st_err_t st_http_server_reload_tls(st_http_server_t *srv, int force, int *reloaded,
+                                   st_errbuf_t *eb)
+{
+    *reloaded = 0;
+    if (srv->tls_cert[0] == '\0')
+        return ST_OK;
+    struct stat now[2];
+    stat_or_zero(srv->tls_cert, &now[0]);
+    stat_or_zero(srv->tls_key, &now[1]);
+    if (!force && !file_changed(&srv->tls_seen[0], &now[0]) &&
+        !file_changed(&srv->tls_seen[1], &now[1]))
+        return ST_OK;
+    srv->tls_seen[0] = now[0];   /* a bad pair is reported once, not at every check */
+    srv->tls_seen[1] = now[1];
+    SSL_CTX *fresh = NULL;
+    st_err_t err = st_tls_ctx_load(srv->tls_cert, srv->tls_key, &fresh, eb);
+    if (err != ST_OK)
+        return err;
+    SSL_CTX_free(srv->edge.tls);   /* open connections hold their own references */
+    srv->edge.tls = fresh;
+    *reloaded = 1;
+    return ST_OK;
+}
+
 void st_http_server_free(st_http_server_t *srv)
 {
     if (srv == NULL)
         return;
     evhttp_free(srv->evhttp);
     st_edge_close(&srv->edge);
+    SSL_CTX_free(srv->edge.tls);
     route_t *rt = srv->routes;
     while (rt != NULL) {
         route_t *next = rt->next;

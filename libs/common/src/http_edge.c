@@ -21,6 +21,9 @@
  * edge recorded, and evhttp closes the connection after the answer. A head is held
  * back from evhttp until it is complete and checked (evhttp parses line by line as
  * bytes arrive); body bytes are counted, not read.
+ * With TLS (STRAND_HTTP_TLS_CERT_FILE) the bufferevent is an OpenSSL one: its input
+ * buffer, which the edge watches, holds the decrypted bytes, so every check above
+ * applies unchanged; a stalled handshake is cut off by evhttp's idle timeout (30 s).
  *
  * Connection states:  HEAD --head ok, body--> BODY --body counted--> HEAD
  *                     HEAD --head ok, no body--> HEAD
@@ -28,6 +31,7 @@
  */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <stdlib.h>
@@ -400,9 +404,24 @@ static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
     c->in_callback = 0;
 }
 
+/* A new connection's bufferevent. With TLS its input buffer holds the decrypted bytes,
+ * so the checks below see the same plain HTTP either way. */
 static struct bufferevent *make_bufferevent(struct event_base *base, void *arg)
 {
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    st_edge_t *edge = arg;
+    struct bufferevent *bev;
+    if (edge->tls != NULL) {
+        SSL *ssl = SSL_new(edge->tls);   /* holds its own reference to the context */
+        bev = ssl ? bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                   BEV_OPT_CLOSE_ON_FREE)
+                  : NULL;
+        if (bev == NULL && ssl != NULL)
+            SSL_free(ssl);
+        if (bev != NULL)
+            bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    } else {
+        bev = bufferevent_socket_new(base, -1, 0);
+    }
     if (bev != NULL && evbuffer_add_cb(bufferevent_get_input(bev), on_input, bev) == NULL) {
         bufferevent_free(bev);
         return NULL;

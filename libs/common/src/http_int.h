@@ -8,8 +8,11 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <openssl/ssl.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "strand/err.h"
 
 struct st_http_req;
 
@@ -39,7 +42,14 @@ typedef struct st_edge {
     int nconns;
     char *scratch;             /* max_head_bytes + 3: a head copied out to be checked */
     char secret[40];           /* marks the requests the edge writes for refused heads */
+    SSL_CTX *tls;              /* NULL: plain HTTP; else new connections speak TLS with
+                                * it (owned; swapped by a reload, on the loop thread) */
 } st_edge_t;
+
+/* Builds a server TLS context (TLS 1.2 or later) from a PEM certificate chain and its
+ * PEM private key; checks that they match. Caller frees *out with SSL_CTX_free(). */
+st_err_t st_tls_ctx_load(const char *cert_file, const char *key_file, SSL_CTX **out,
+                         st_errbuf_t *eb);
 
 /* Installs the edge on `edge->evhttp` (its bufferevent callback); the limits and the
  * secret must be set. Returns 0, or -1 if out of memory or too many servers. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "strand/call_allow.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -19,6 +20,45 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
     st_log_info("stop signal received, shutting down", "signal=%d", (int)sig);
     __atomic_store_n(&svc->stopping, 1, __ATOMIC_RELEASE);
     event_base_loopexit(svc->base, NULL);
+}
+
+static void run_reloaders(st_service_t *svc, int forced)
+{
+    for (int i = 0; i < svc->nreload; i++)
+        svc->reload_fns[i](svc->reload_ctxs[i], forced);
+}
+
+static void on_reload_signal(evutil_socket_t sig, short what, void *arg)
+{
+    st_log_info("reload signal received, reading files again", "signal=%d", (int)sig);
+    run_reloaders(arg, 1);
+}
+
+static void on_reload_check(evutil_socket_t fd, short what, void *arg)
+{
+    run_reloaders(arg, 0);
+}
+
+void st_service_on_reload(st_service_t *svc, st_reload_fn fn, void *ctx)
+{
+    if (svc->nreload == ST_MAX_RELOADERS)
+        abort();
+    svc->reload_fns[svc->nreload] = fn;
+    svc->reload_ctxs[svc->nreload] = ctx;
+    svc->nreload++;
+}
+
+/* SIGHUP or a changed certificate: new connections use the new pair; a pair that
+ * does not load keeps the old one. */
+static void reload_tls(void *ctx, int forced)
+{
+    st_service_t *svc = ctx;
+    st_errbuf_t eb;
+    int reloaded = 0;
+    if (st_http_server_reload_tls(svc->http, forced, &reloaded, &eb) != ST_OK)
+        st_log_error("could not reload the TLS certificate, keeping the old one", "%s", eb.msg);
+    else if (reloaded)
+        st_log_info("TLS certificate reloaded", "file=%s", svc->cfg.tls_cert_file);
 }
 
 static void handle_healthz(st_http_req_t *req, void *ctx)
@@ -77,6 +117,10 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         fprintf(stderr, "strand-%s: configuration error: %s\n", name, cfg_eb.msg);
         exit(2);
     }
+    if (st_call_allow_load_env(&cfg_eb) != ST_OK) {
+        fprintf(stderr, "strand-%s: configuration error: %s\n", name, cfg_eb.msg);
+        exit(2);
+    }
     st_log_init(name, st_log_level_parse(svc->cfg.log_level));
     st_pg_set_prepared(svc->cfg.pg_prepared);
     signal(SIGPIPE, SIG_IGN);
@@ -88,6 +132,11 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
     if (err == ST_OK)
         err = st_http_server_set_limits(svc->http, svc->cfg.max_header_bytes,
                                         svc->cfg.max_headers, svc->cfg.header_timeout_ms, eb);
+    if (err == ST_OK && svc->cfg.tls_cert_file[0] != '\0') {
+        err = st_http_server_set_tls(svc->http, svc->cfg.tls_cert_file, svc->cfg.tls_key_file, eb);
+        if (err == ST_OK)
+            st_service_on_reload(svc, reload_tls, svc);
+    }
     if (err != ST_OK)
         return err;
     add_public_routes(svc);
@@ -101,8 +150,16 @@ st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
         event_add(ev, NULL);
         svc->signal_events[i] = ev;
     }
-    st_log_info("service starting", "node=%s http=%s:%d", svc->cfg.node_id,
-                svc->cfg.http_addr, svc->cfg.http_port);
+    struct event *hup = evsignal_new(svc->base, SIGHUP, on_reload_signal, svc);
+    struct event *check = event_new(svc->base, -1, EV_PERSIST, on_reload_check, svc);
+    struct timeval every = {ST_RELOAD_CHECK_MS / 1000, (ST_RELOAD_CHECK_MS % 1000) * 1000};
+    if (hup == NULL || check == NULL || event_add(hup, NULL) != 0 || event_add(check, &every) != 0)
+        return st_err_set(eb, ST_ERR_INTERNAL, "could not set up the reload signal");
+    svc->reload_events[0] = hup;
+    svc->reload_events[1] = check;
+    st_log_info("service starting", "node=%s %s=%s:%d", svc->cfg.node_id,
+                svc->cfg.tls_cert_file[0] ? "https" : "http", svc->cfg.http_addr,
+                svc->cfg.http_port);
     return ST_OK;
 }
 
@@ -163,6 +220,9 @@ void st_service_close(st_service_t *svc)
     for (int i = 0; i < 2; i++)
         if (svc->signal_events[i])
             event_free(svc->signal_events[i]);
+    for (int i = 0; i < 2; i++)
+        if (svc->reload_events[i])
+            event_free(svc->reload_events[i]);
     if (svc->base)
         event_base_free(svc->base);
 }

@@ -3,9 +3,11 @@
 
 #include <curl/curl.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/call_allow.h"
 #include "strand/curl_body.h"
 
 struct st_worker_request {
@@ -13,7 +15,53 @@ struct st_worker_request {
     struct curl_slist *headers;
     char *body;                 /* the request body; libcurl reads it in place */
     st_curl_body_t answer;
+    char host[256];             /* the URL's host, without brackets */
+    int port;                   /* the URL's port, or the scheme's default */
+    int refused;                /* the allow-list refused the address to connect to */
+    char why[256];              /* why, when refused */
 };
+
+/* Reads the host and port out of `url`; returns 0 when it does not parse. */
+static int url_host_port(const char *url, char *host, size_t host_len, int *port)
+{
+    CURLU *u = curl_url();
+    char *h = NULL, *p = NULL;
+    int ok = u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_PORT, &p, CURLU_DEFAULT_PORT) == CURLUE_OK;
+    if (ok) {
+        size_t len = strlen(h);
+        if (len >= 2 && h[0] == '[' && h[len - 1] == ']')
+            snprintf(host, host_len, "%.*s", (int)(len - 2), h + 1);
+        else
+            snprintf(host, host_len, "%s", h);
+        char *pct = strchr(host, '%');   /* an IPv6 zone id */
+        if (pct != NULL)
+            *pct = '\0';
+        *port = atoi(p);
+    }
+    curl_free(h);
+    curl_free(p);
+    curl_url_cleanup(u);
+    return ok;
+}
+
+/* libcurl asks here for every socket it would connect, after resolving the name: the
+ * allow-list judges the very address, so a name that resolves (or re-resolves) to an
+ * internal address is refused. */
+static curl_socket_t open_checked_socket(void *ctx, curlsocktype purpose,
+                                         struct curl_sockaddr *addr)
+{
+    st_worker_request_t *req = ctx;
+    if (purpose != CURLSOCKTYPE_IPCXN ||
+        !st_call_allow_check(req->host, req->port, &addr->addr, req->why, sizeof req->why)) {
+        if (purpose != CURLSOCKTYPE_IPCXN)
+            snprintf(req->why, sizeof req->why, "call refused: unexpected socket type");
+        req->refused = 1;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype, addr->protocol);
+}
 
 static struct curl_slist *add_header(struct curl_slist *list, const char *name, const char *value)
 {
@@ -38,6 +86,11 @@ st_err_t st_worker_request_new(const char *method, const char *url, const char *
         return ST_ERR_INVALID;
     }
     st_worker_request_t *req = calloc(1, sizeof *req);
+    if (req != NULL && !url_host_port(url, req->host, sizeof req->host, &req->port)) {
+        free(req);
+        snprintf(reply->error, sizeof reply->error, "the call's url does not parse");
+        return ST_ERR_INVALID;
+    }
     if (req != NULL) {
         req->curl = curl_easy_init();
         req->body = strdup(body ? body : "{}");
@@ -69,6 +122,12 @@ st_err_t st_worker_request_new(const char *method, const char *url, const char *
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, st_curl_body_collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &req->answer);
+    /* Every connection is checked against STRAND_CALL_ALLOW; no proxy from the
+     * environment (it would be the address checked, not the worker's), no redirects. */
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, open_checked_socket);
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETDATA, req);
+    curl_easy_setopt(curl, CURLOPT_PROXY, "");
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
     *out = req;
     return ST_OK;
 }
@@ -89,6 +148,11 @@ st_err_t st_worker_request_finish(st_worker_request_t *req, int curl_code,
         req->answer.data = NULL;
         req->answer.len = 0;
         return ST_OK;
+    }
+    if (req->refused) {
+        reply->refused = 1;
+        snprintf(reply->error, sizeof reply->error, "%s", req->why);
+        return ST_ERR_FORBIDDEN;
     }
     reply->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
     snprintf(reply->error, sizeof reply->error, "%s", curl_easy_strerror(rc));

@@ -821,7 +821,10 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
         } else {
             const json_t *retry = json_object_get(step, "retry");
             int max = retry ? (int)json_integer_value(json_object_get(retry, "max_attempts")) : 1;
-            if (attempt < max) {
+            /* A call the allow-list refused ("retryable": false) fails at once. */
+            int permanent = json_is_false(json_object_get(result, "retryable"));
+            const char *code = json_string_value(json_object_get(result, "code"));
+            if (attempt < max && !permanent) {
                 long long backoff = json_integer_value(json_object_get(retry, "backoff_ms"));
                 const json_t *m = json_object_get(retry, "multiplier");
                 double mult = m ? json_number_value(m) : 2.0;
@@ -842,7 +845,8 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
                 push_frame(thread, p);
             } else {
                 end_instance(r, "failed", NULL,
-                             json_pack("{s:s, s:s, s:O, s:i}", "code", "call_failed", "step",
+                             json_pack("{s:s, s:s, s:O, s:i}", "code",
+                                       permanent && code ? code : "call_failed", "step",
                                        step_path, "result", result ? result : json_null(),
                                        "attempts", attempt));
             }

@@ -73,6 +73,16 @@ typedef struct st_auth st_auth_t;
 st_err_t st_auth_load(const char *path, st_auth_t **out, st_errbuf_t *eb);
 void st_auth_free(st_auth_t *auth);
 
+/* Reads the token file again, as one atomic swap: requests see either the old tokens
+ * or the new ones. `force` = 0 reads it only when it changed since the last try (inode,
+ * size or mtime: a rewritten file, a renamed-over file, a Kubernetes Secret update).
+ * Sets *reloaded when new tokens took effect. A file that does not load (bad JSON, a
+ * bad entry, missing) keeps the old tokens and returns ST_ERR_CONFIG with `eb` naming
+ * the problem; that same unchanged file is not reported again. Authentication cannot
+ * be switched on or off by a reload. Thread-safe with st_auth_authenticate(); every
+ * table read stays allocated until st_auth_free() (principals point at its grants). */
+st_err_t st_auth_reload(st_auth_t *auth, int force, int *reloaded, st_errbuf_t *eb);
+
 /* True when a token file is configured. */
 int st_auth_enabled(const st_auth_t *auth);
 

@@ -26,6 +26,8 @@ typedef struct {
     int topic_partitions;      /* STRAND_TOPIC_PARTITIONS */
     int topic_replication;     /* STRAND_TOPIC_REPLICATION */
     char auth_file[512];       /* STRAND_AUTH_FILE: bearer tokens; empty = auth off */
+    char tls_cert_file[512];   /* STRAND_HTTP_TLS_CERT_FILE: PEM chain; empty = plain HTTP */
+    char tls_key_file[512];    /* STRAND_HTTP_TLS_KEY_FILE: its PEM private key */
     char redis_url[256];       /* STRAND_REDIS_URL, empty = no Redis */
     char http_addr[64];        /* STRAND_HTTP_ADDR */
     int http_port;             /* STRAND_HTTP_PORT, default per service */

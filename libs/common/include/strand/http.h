@@ -42,6 +42,22 @@ void st_http_server_free(st_http_server_t *srv);
 st_err_t st_http_server_set_limits(st_http_server_t *srv, int max_head_bytes, int max_headers,
                                    int head_timeout_ms, st_errbuf_t *eb);
 
+/* Serves HTTPS instead of HTTP on the server's port: TLS 1.2 or later with the PEM
+ * certificate chain `cert_file` and the PEM private key `key_file`. Plain HTTP on that
+ * port then fails the handshake (the connection is closed). The request-head checks
+ * run on the decrypted bytes. ST_ERR_CONFIG naming the file when a file cannot be read,
+ * is not PEM, or the key does not match the certificate. Call before the loop runs. */
+st_err_t st_http_server_set_tls(st_http_server_t *srv, const char *cert_file,
+                                const char *key_file, st_errbuf_t *eb);
+
+/* Reads the certificate and key again (`force` = 0: only when either file changed:
+ * inode, size or mtime). New connections use the new pair, open ones keep theirs. Sets
+ * *reloaded when it took effect; a pair that does not load keeps the old one and
+ * returns ST_ERR_CONFIG (the same unchanged files are not reported again). ST_OK and
+ * nothing done when the server has no TLS. Event-loop thread only. */
+st_err_t st_http_server_reload_tls(st_http_server_t *srv, int force, int *reloaded,
+                                   st_errbuf_t *eb);
+
 /* The underlying struct evhttp * (for the fuzz harness, which feeds raw connections
  * into the router). Borrowed; valid until st_http_server_free(). */
 void *st_http_server_evhttp(st_http_server_t *srv);

@@ -15,9 +15,17 @@
 #include "strand/http.h"
 
 #define ST_MAX_READY_CHECKS 8
+#define ST_MAX_RELOADERS 4
+/* How often reloaders are asked to look for changed files (docs/operations.md). */
+#define ST_RELOAD_CHECK_MS 5000
 
 /* Returns nonzero when the component it checks is up. */
 typedef int (*st_ready_fn)(void *ctx);
+
+/* Re-reads something from disk (the token file, a TLS certificate). `forced`: SIGHUP
+ * asked for it, read even if unchanged; 0: the periodic check, read only if changed.
+ * Runs on the event-loop thread. */
+typedef void (*st_reload_fn)(void *ctx, int forced);
 
 typedef struct {
     st_config_t cfg;
@@ -29,11 +37,15 @@ typedef struct {
     st_ready_fn ready_fns[ST_MAX_READY_CHECKS];
     void *ready_ctxs[ST_MAX_READY_CHECKS];
     void *signal_events[2];
+    int nreload;
+    st_reload_fn reload_fns[ST_MAX_RELOADERS];
+    void *reload_ctxs[ST_MAX_RELOADERS];
+    void *reload_events[2];      /* SIGHUP and the periodic check */
 } st_service_t;
 
 /* Loads configuration (exits the process with status 2 and a clear message on bad
  * configuration), initialises logging, binds the HTTP port and registers the
- * health, readiness and metrics routes. */
+ * health, readiness and metrics routes; SIGHUP runs the reloaders. */
 st_err_t st_service_init(st_service_t *svc, const char *name, int default_port,
                          st_errbuf_t *eb);
 
@@ -45,6 +57,10 @@ st_err_t st_service_init_offline(st_service_t *svc, const char *name, st_errbuf_
 /* Adds a readiness check; /readyz answers 200 only when all of them pass. `name`
  * must be a string literal or otherwise outlive the service. */
 void st_service_add_ready(st_service_t *svc, const char *name, st_ready_fn fn, void *ctx);
+
+/* Adds a reloader, called on SIGHUP (forced) and every ST_RELOAD_CHECK_MS (not
+ * forced). Every service takes SIGHUP (it does not stop a service). */
+void st_service_on_reload(st_service_t *svc, st_reload_fn fn, void *ctx);
 
 /* Runs the event loop until SIGTERM or SIGINT. */
 void st_service_run(st_service_t *svc);

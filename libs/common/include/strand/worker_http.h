@@ -6,6 +6,8 @@
  * on every retry and redelivery of one logical call) and, when given,
  * `Strand-Instance-Id` and `Strand-Attempt` (1 for the first attempt). Only http and
  * https URLs are followed; redirects are not; an answer over 1 MiB fails the call.
+ * Every address connected to is checked against STRAND_CALL_ALLOW (call_allow.h)
+ * after resolution; proxies from the environment are not used.
  * Never call this with a database transaction open (docs/architecture.md).
  *
  * Two ways to call: st_worker_call() blocks for one call; st_worker_request_new()
@@ -25,13 +27,16 @@ typedef struct {
     long status;        /* the HTTP status; 0 when no answer arrived */
     char *body;         /* the answer, NUL-terminated, or NULL if empty; owned */
     int timed_out;      /* no answer within the timeout */
+    int refused;        /* the address is not allowed (call_allow.h); not retryable */
     char error[256];    /* why no answer arrived ("" when one did) */
 } st_worker_reply_t;
 
 /* Sends `body` (JSON text; NULL sends "{}") with `method` (NULL: POST) to `url`.
  * `instance_id` and `headers` (an object of header name: string value; lines with a
  * newline are skipped) may be NULL. Returns ST_OK when the worker answered, whatever
- * its status; otherwise ST_ERR_TIMEOUT or ST_ERR_RETRY with reply->error set. In both
+ * its status; otherwise ST_ERR_TIMEOUT or ST_ERR_RETRY with reply->error set, or
+ * ST_ERR_FORBIDDEN with reply->refused when the allow-list refused the address (a
+ * permanent failure: retrying cannot help). In both
  * cases release the reply with st_worker_reply_close(). */
 st_err_t st_worker_call(const char *method, const char *url, const char *body,
                         const char *idempotency_key, const char *instance_id,
