@@ -94,4 +94,35 @@ long long it_sql_number(const char *sql);
  * (an outbox row the services' relay publishes). Returns 1 on success. */
 int it_produce_ingress(const void *bytes, size_t len);
 
+/* One HTTP request with a bearer `token` (NULL: none). Returns the status (-1 if
+ * unreachable) and the parsed JSON body in *out if `out` is not NULL (caller
+ * decrefs; NULL if not JSON). it_http() is this without a token. */
+long it_req(it_service_t svc, const char *token, const char *method, const char *path,
+            const char *body, json_t **out);
+
+/* POST /v1/instances {"definition": definition, "input": input} (input NULL: {}) with
+ * `token`; asserts 201. Returns the new instance id (caller frees), NULL unless 201. */
+char *it_start_instance(const char *token, const char *definition, const char *input);
+
+/* POST /v1/definitions with the JSON document `doc` and `token`; asserts 201 and
+ * prints the answer when it is not 201. */
+void it_import(const char *token, const char *doc);
+
+/* Polls GET /v1/tasks?instance_id=...&status=open (with `token`) until the instance
+ * has an open task; returns the first one's id (caller frees) or NULL after
+ * `timeout_s`. */
+char *it_wait_open_task(const char *token, const char *instance_id, int timeout_s);
+
+/* Runs `sql` on the test database; returns the first column of the first row as a new
+ * string (caller frees), or NULL on error, no row or SQL NULL. */
+char *it_sql_text(const char *sql);
+
+/* Polls `sql` every 50 ms until it_sql_text() answers a value; returns it (caller
+ * frees) or NULL after `timeout_s`. */
+char *it_wait_text(const char *sql, int timeout_s);
+
+/* The value of one exact series (`name{labels}`) on a service's /metrics, or `absent`
+ * when the series (or the service) is not there. */
+double it_metric(it_service_t svc, const char *series, double absent);
+
 #endif

@@ -135,15 +135,9 @@ static void import_definitions(void)
 /* Starts an instance (no wait); returns its id (caller frees) or NULL. */
 static char *start(const char *def, const char *delay)
 {
-    char body[256];
-    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"delay\":\"%s\"}}", def, delay);
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
+    char input[128];
+    snprintf(input, sizeof input, "{\"delay\":\"%s\"}", delay);
+    return it_start_instance(NULL, def, input);
 }
 
 /* Seconds from the moment the instance ended (its wake-up's transaction) to `t`. */
