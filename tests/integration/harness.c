@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "strand/curl_body.h"
+#include "strand/proto/strand.pb-c.h"
 
 static const char *const service_names[IT_NSERVICES] = {"api", "executor", "scheduler",
                                                         "monitor"};
@@ -454,4 +455,62 @@ double it_metric(it_service_t svc, const char *series, double absent)
     double v = p ? atof(p + strlen(needle)) : absent;
     free(text);
     return v;
+}
+
+int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    for (;;) {
+        if (it_http(svc, "GET", path, NULL, NULL) == want)
+            return 1;
+        if (time(NULL) >= deadline)
+            return 0;
+        usleep(100 * 1000);
+    }
+}
+
+int it_produce_command(int type, const char *token, const char *target, const char *args)
+{
+    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
+    cmd.envelope_version = 1;
+    cmd.type = (Strand__V1__CommandType)type;
+    cmd.token = (char *)token;
+    cmd.target_id = (char *)target;
+    cmd.args.data = (uint8_t *)args;
+    cmd.args.len = strlen(args);
+    if (strand__v1__ingress_command__get_packed_size(&cmd) > 4096)
+        return 0;
+    uint8_t buf[4096];
+    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
+    return it_produce_ingress(buf, len);
+}
+
+int it_sql_exec(const char *sql)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    PGresult *res = PQexec(conn, sql);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (!ok)
+        fprintf(stderr, "sql failed: %s: %s\n", sql, PQerrorMessage(conn));
+    PQclear(res);
+    PQfinish(conn);
+    return ok;
+}
+
+PGconn *it_pg_begin(void)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    PGresult *res = PQexec(conn, "BEGIN");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    return conn;
+}
+
+void it_pg_commit(PGconn *conn)
+{
+    PGresult *res = PQexec(conn, "COMMIT");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    PQfinish(conn);
 }

@@ -12,6 +12,7 @@
 #define STRAND_IT_HARNESS_H
 
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <sys/types.h>
 
 typedef enum { IT_API, IT_EXECUTOR, IT_SCHEDULER, IT_MONITOR, IT_NSERVICES } it_service_t;
@@ -124,5 +125,26 @@ char *it_wait_text(const char *sql, int timeout_s);
 /* The value of one exact series (`name{labels}`) on a service's /metrics, or `absent`
  * when the series (or the service) is not there. */
 double it_metric(it_service_t svc, const char *series, double absent);
+
+/* Polls GET `path` on a service every 100 ms until it answers `want` (e.g. /readyz and
+ * 200, or 503 while a dependency is down). Returns 1 when it did within `timeout_s`. */
+int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s);
+
+/* Packs an IngressCommand (envelope version 1) of `type` (a Strand__V1__CommandType)
+ * with `token`, `target` (may be NULL) and `args` (JSON text) and puts it on the
+ * ingress topic with it_produce_ingress(). Returns 1 on success. */
+int it_produce_command(int type, const char *token, const char *target, const char *args);
+
+/* Runs one SQL statement on the test database; returns 1 if it succeeded (a command or
+ * a query), else prints the error and returns 0. */
+int it_sql_exec(const char *sql);
+
+/* Connects to the test database (stopping the test if it cannot) and opens a
+ * transaction, for the *_tx functions a Strand writer calls. End it with
+ * it_pg_commit(), which also closes the connection. */
+PGconn *it_pg_begin(void);
+
+/* Commits the transaction it_pg_begin() opened and closes `conn`. */
+void it_pg_commit(PGconn *conn);
 
 #endif

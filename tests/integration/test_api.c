@@ -216,12 +216,7 @@ static void test_start_services(void)
     snprintf(life, sizeof life, "api_life_%d", (int)getpid());
     CU_ASSERT_FATAL(it_start(IT_API) > 0);
     CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = it_req(IT_API, NULL, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
     CU_ASSERT_FATAL(ready);
     unlink(path);
 }
@@ -803,23 +798,6 @@ static void test_dead_letters_acks_triggers(void)
                    404, "definition_not_found", "/definition");
 }
 
-/* Publishes an IngressCommand to the ingress topic through the outbox (the API's relay
- * moves it to Kafka, as an application's producer would). */
-static int produce_command(Strand__V1__CommandType type, const char *token, const char *target,
-                           const char *args)
-{
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = type;
-    cmd.token = (char *)token;
-    cmd.target_id = (char *)target;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    return it_produce_ingress(buf, len);
-}
-
 /* The Kafka ingress with authentication on: an unknown token (401), a caller without
  * the role (403) and a bad task result (422) each become a dead letter and an
  * IngressRejected notice and change nothing; a good command after them is accepted. */
@@ -839,10 +817,10 @@ static void test_ingress_authorisation(void)
     long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
     double accepted = it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0);
 
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
                                    "{\"name\":\"x\"}"));
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
                                    "{\"result\":{\"approved\":\"maybe\"}}"));
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'",
                                    letters + 3, 60), letters + 3);
@@ -862,7 +840,7 @@ static void test_ingress_authorisation(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'open'", task);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     /* the partition moves on: a good command is accepted */
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, T_ALICE, task, "{}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, T_ALICE, task, "{}"));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'alice'", task);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
     CU_ASSERT_TRUE(it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0) >= accepted + 1);

@@ -143,12 +143,7 @@ static void test_setup(void)
     setenv("STRAND_AUTH_FILE", path, 1);
     CU_ASSERT_FATAL(it_start(IT_API) > 0);
     CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = it_http(IT_API, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
     unlink(path);
     CU_ASSERT_FATAL(ready);
 

@@ -172,12 +172,7 @@ static void test_start_services(void)
     setenv("STRAND_HTTP_HEADER_TIMEOUT_MS", ms, 1);
     CU_ASSERT_FATAL(it_start(IT_API) > 0);
     CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = api(NULL, "GET", "/readyz", NULL, NULL, NULL, 0) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
     CU_ASSERT_FATAL(ready);
     unlink(path);
     /* A definition that waits in a task, for instance, task and history outputs. */

@@ -139,12 +139,7 @@ static void test_start_services(void)
     setenv("STRAND_AUTH_FILE", path, 1);
     CU_ASSERT_FATAL(it_start(IT_API) > 0);
     CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = it_req(IT_API, NULL, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
     unlink(path);
     CU_ASSERT_FATAL(ready);
     /* Two definitions whose instances wait in a task. */
@@ -307,21 +302,6 @@ static void test_limited_grants(void)
     free(b);
 }
 
-static int produce(Strand__V1__CommandType type, const char *token, const char *target,
-                   const char *args)
-{
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = type;
-    cmd.token = (char *)token;
-    cmd.target_id = (char *)target;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    return it_produce_ingress(buf, len);
-}
-
 /* The ingress applies the same rules to the envelope's token. */
 static void test_ingress(void)
 {
@@ -333,11 +313,11 @@ static void test_ingress(void)
     /* instances:read only (perms[2]) may not start; scoped may start A but not B */
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied\"}", def_a);
     /* (the definitions' names carry the pid: these refs are this run's only) */
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, token_of(2), "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, token_of(2), "", args));
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied-b\"}", def_b);
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-ok\"}", def_a);
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = 'ingress-ok'"
              " AND definition_name = '%s'", def_a);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);

@@ -48,16 +48,6 @@ static double wait_metric(it_service_t svc, const char *series, double want, int
     return v;
 }
 
-static int wait_ready(it_service_t svc, long want, int timeout_s)
-{
-    for (int i = 0; i < timeout_s * 5; i++) {
-        if (it_http(svc, "GET", "/readyz", NULL, NULL) == want)
-            return 1;
-        usleep(200 * 1000);
-    }
-    return 0;
-}
-
 /* Produces straight to <prefix><suffix>, partition `partition`; `payload` NULL is a
  * tombstone. Waits for the broker's acknowledgement. */
 static int produce(const char *suffix, int partition, const char *key, const void *payload,
@@ -247,7 +237,7 @@ static void test_ingress_poison(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE"
              " '%%ingress' AND position(convert_to('%s', 'UTF8') in payload) > 0", flow);
     CU_ASSERT_EQUAL(it_sql_number(sql), PARTITIONS);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 200, 10), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 200, 10), 1);
 }
 
 static int produce_signal(int partition, int envelope_version, int type, const char *payload)
@@ -301,7 +291,7 @@ static void test_signals_poison(void)
                                    " WHERE source_topic LIKE '%signals'", want, 30);
     printf("    signals: %lld dead letters (want %lld)\n", got - letters, want - letters);
     CU_ASSERT_EQUAL(got, want);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 200, 10), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
 }
 
 /* A dead-letter write that fails: unready, strand_consumer_stuck and the partition's
@@ -338,20 +328,20 @@ static void test_dead_letter_write_fails(void)
     double lag = wait_metric(IT_API, series, 4, 20);
     printf("    ingress: partition 1 lag while stuck %.0f\n", lag);
     CU_ASSERT(lag >= 4);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 503, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 503, 20), 1);
 
     snprintf(group, sizeof group, "%sexecutor", it_topic_prefix());
     snprintf(series, sizeof series, "strand_consumer_stuck{group=\"%s\"}", group);
     CU_ASSERT_EQUAL(wait_metric(IT_EXECUTOR, series, 1, 30), 1);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 503, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 503, 20), 1);
 
     CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_refuse ON strand.dead_letters;"
                             " DROP FUNCTION strand.poison_test_refuse(); SELECT 1") == 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
              " AND business_ref = 'poison-stuck' AND status = 'completed'", flow);
     CU_ASSERT_EQUAL(it_wait_number(sql, 3, 60), 3);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 200, 30), 1);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 200, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 200, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 30), 1);
     CU_ASSERT_EQUAL(it_metric(IT_EXECUTOR, series, -1), 0);
     snprintf(series, sizeof series, "strand_consumer_stuck{group=\"%singress\"}", it_topic_prefix());
     CU_ASSERT_EQUAL(it_metric(IT_API, series, -1), 0);

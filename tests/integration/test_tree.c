@@ -299,14 +299,10 @@ static void test_join_any_loser_task_cancelled(void)
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     /* A task left open by an older release whose wait is gone (the instance now waits
      * for "go"): completing it answers 409 too, and nothing changes. */
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
     snprintf(sql, sizeof sql, "INSERT INTO strand.tasks (id, instance_id, name, status, roles, waiting_token)"
              " VALUES ('00000000-0000-4000-8000-%.12s', '%s', 'Legacy', 'open', '{approver}', '%s/999')",
              id + 24, id, id);
-    PGresult *res = PQexec(conn, sql);
-    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
-    PQclear(res);
-    PQfinish(conn);
+    CU_ASSERT_TRUE(it_sql_exec(sql));
     snprintf(path, sizeof path, "/v1/tasks/00000000-0000-4000-8000-%.12s/complete", id + 24);
     expect_problem(T_ALICE, path, "{\"result\":{}}", 409, "task_cancelled");
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '00000000-0000-4000-8000-%.12s'"

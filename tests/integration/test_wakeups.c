@@ -51,15 +51,12 @@ static double now_s(void)
 
 static void schedule_one(const char *token, long long due_ms)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     char id[37];
     st_uuid_new(id);
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     CU_ASSERT_EQUAL(st_timer_schedule_tx(conn, id, token, "timer", due_ms, NULL, &eb), ST_OK);
-    PQclear(PQexec(conn, "COMMIT"));
-    PQfinish(conn);
+    it_pg_commit(conn);
 }
 
 static void test_timers_in_the_query_window_fire_on_time(void)

@@ -201,13 +201,10 @@ static void test_retry_after_end_is_a_duplicate(void)
 /* Enqueues a signal through the outbox, as any Strand writer would. */
 static void inject(st_signal_t *sig)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, sig, &eb), ST_OK);
-    PQclear(PQexec(conn, "COMMIT"));
-    PQfinish(conn);
+    it_pg_commit(conn);
 }
 
 static void test_stale_signals_change_nothing(void)
