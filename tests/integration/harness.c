@@ -514,3 +514,15 @@ void it_pg_commit(PGconn *conn)
     PQclear(res);
     PQfinish(conn);
 }
+
+void it_start_api_executor(const char *auth_file)
+{
+    if (auth_file != NULL)
+        setenv("STRAND_AUTH_FILE", auth_file, 1);
+    CU_ASSERT_FATAL(it_start(IT_API) > 0);
+    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
+    if (auth_file != NULL)
+        unlink(auth_file);
+    CU_ASSERT_FATAL(ready);
+}

@@ -147,4 +147,10 @@ PGconn *it_pg_begin(void);
 /* Commits the transaction it_pg_begin() opened and closes `conn`. */
 void it_pg_commit(PGconn *conn);
 
+/* Starts the API and the executor only (the API reads its tokens from `auth_file`, which
+ * is removed once the API is up; NULL: no STRAND_AUTH_FILE change) and waits up to 60 s
+ * for the API's /readyz to answer 200. Stops the test (fatal assert) if either does
+ * not start or the API is not ready. */
+void it_start_api_executor(const char *auth_file);
+
 #endif

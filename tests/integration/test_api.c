@@ -103,21 +103,12 @@ static char *start(const char *token, const char *definition, const char *ref, l
     return copy;
 }
 
+/* The instance's open task id into `out` ("" if none within 10 s). */
 static void first_task_of(const char *instance, char *out, size_t n)
 {
-    char path[200];
-    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance);
-    out[0] = '\0';
-    for (int i = 0; i < 100 && out[0] == '\0'; i++) {
-        json_t *a = NULL;
-        it_req(IT_API, T_ADMIN, "GET", path, NULL, &a);
-        const char *id = json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id"));
-        if (id)
-            snprintf(out, n, "%s", id);
-        json_decref(a);
-        if (out[0] == '\0')
-            usleep(100 * 1000);
-    }
+    char *id = it_wait_open_task(T_ADMIN, instance, 10);
+    snprintf(out, n, "%s", id ? id : "");
+    free(id);
 }
 
 /* ---- a minimal XML well-formedness check for the SVG -------------------------------- */
@@ -210,15 +201,10 @@ static void test_start_services(void)
                "{\"token\": \"%s\", \"principal\": \"carol\", \"roles\": [\"developer\"]}]}",
             T_ADMIN, T_ALICE, T_BOB, T_CAROL);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
     setenv("STRAND_API_REQUEST_TIMEOUT_MS", "2500", 1);
     snprintf(flow, sizeof flow, "api_flow_%d", (int)getpid());
     snprintf(life, sizeof life, "api_life_%d", (int)getpid());
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
-    CU_ASSERT_FATAL(ready);
-    unlink(path);
+    it_start_api_executor(path);
 }
 
 static void test_public_and_meta(void)
@@ -818,10 +804,10 @@ static void test_ingress_authorisation(void)
     double accepted = it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0);
 
     CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
-                                   "{\"name\":\"x\"}"));
+                                      "{\"name\":\"x\"}"));
     CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
     CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
-                                   "{\"result\":{\"approved\":\"maybe\"}}"));
+                                      "{\"result\":{\"approved\":\"maybe\"}}"));
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'",
                                    letters + 3, 60), letters + 3);
     CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >= notices + 3);

@@ -140,12 +140,7 @@ static void test_setup(void)
                " \"tokens\": [{\"token\": \"%s\", \"principal\": \"loader\", \"roles\": [\"loader\"]}]}",
             TOKEN);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
-    unlink(path);
-    CU_ASSERT_FATAL(ready);
+    it_start_api_executor(path);
 
     snprintf(def_name, sizeof def_name, "api_load_%d", (int)getpid());
     CURL *curl = curl_easy_init();

@@ -131,7 +131,7 @@ static void test_workload(void)
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_ack_failures_total", -1) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_dead_letters_total", -1) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_API, "strand_http_requests_total{route=\"/v1/acks\",method=\"POST\","
-                                  "status=\"200\"}", -1) >= 1);
+                                     "status=\"200\"}", -1) >= 1);
     /* Every service's relay claims from the one outbox table, so any of them may have
      * published the workload's rows. */
     double relayed = 0;

@@ -136,12 +136,7 @@ static void test_start_services(void)
                "{\"token\": \"%s\", \"principal\": \"scoped\", \"roles\": [\"scoped\"]}]}",
             T_ADMIN, T_NOTHING, T_SCOPED);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
-    unlink(path);
-    CU_ASSERT_FATAL(ready);
+    it_start_api_executor(path);
     /* Two definitions whose instances wait in a task. */
     const char *defs[] = {def_a, def_b};
     for (int i = 0; i < 2; i++) {

@@ -157,14 +157,14 @@ static void test_out_of_range_http(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/version");
     json_decref(a);
     CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/triggers",
-                        "{\"definition\":\"x\",\"version\":3000000000,\"external_ref\":\"r\","
-                        "\"event\":\"e\",\"request_id\":\"q\"}", &a), 400);
+                           "{\"definition\":\"x\",\"version\":3000000000,\"external_ref\":\"r\","
+                           "\"event\":\"e\",\"request_id\":\"q\"}", &a), 400);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/version");
     json_decref(a);
     CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/acks",
-                        "{\"ack_guid\":\"00000000-0000-4000-8000-000000000000\",\"consumer\":\"c\","
-                        "\"stage\":\"processed\",\"outcome\":\"failed\","
-                        "\"retry_at_ms\":9000000000000000000}", &a), 400);
+                           "{\"ack_guid\":\"00000000-0000-4000-8000-000000000000\",\"consumer\":\"c\","
+                           "\"stage\":\"processed\",\"outcome\":\"failed\","
+                           "\"retry_at_ms\":9000000000000000000}", &a), 400);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/retry_at_ms");
     json_decref(a);
 }

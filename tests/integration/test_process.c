@@ -343,7 +343,7 @@ static void test_attribute_write_failure_is_atomic(void)
     CU_ASSERT_EQUAL(post(path, "{}", NULL), 200);
     json_t *done = it_wait_instance(id, "completed", 30);
     CU_ASSERT_FATAL(it_sql_exec("ALTER TABLE app.users ADD CONSTRAINT users_source_check"
-                            " CHECK (source IN ('email_link', 'rpc', 'support')) NOT VALID"));
+                                " CHECK (source IN ('email_link', 'rpc', 'support')) NOT VALID"));
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);

@@ -88,7 +88,7 @@ static void test_step_budget(void)
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "budget_exceeded");
@@ -114,7 +114,7 @@ static void test_wall_time_budget(void)
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "budget_exceeded");
@@ -142,7 +142,7 @@ static void test_state_growth_by_copies(void)
     /* Under the value limit but over the state limit: the set step fails with
      * state_too_large (each key copies a value that fits on its own). */
     d = st_et_compile_steps("[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"a\":\"input.big\",\"b\":\"input.big\","
-                "\"c\":\"input.big\",\"d\":\"input.big\",\"e\":\"input.big\"}}]");
+                            "\"c\":\"input.big\",\"d\":\"input.big\",\"e\":\"input.big\"}}]");
     char *big = malloc(900001);
     memset(big, 'q', 900000);
     big[900000] = '\0';
@@ -165,8 +165,8 @@ static void test_snapshot_size_limit(void)
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"a\":\"input.s + input.s\"}},"
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"b\":\"input.s + input.s\"}},"
-                           "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"}]");
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"b\":\"input.s + input.s\"}},"
+                                       "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"}]");
     char s[1100];
     memset(s, 's', 1000);
     s[1000] = '\0';
@@ -194,7 +194,7 @@ static void test_data_depth(void)
     CU_ASSERT_EQUAL(st_engine_data_check(ok, &eb), ST_OK);
     json_decref(ok);
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"got\"},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"got\":\"state.got\"}}]");
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"got\":\"state.got\"}}]");
     /* START input */
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:{s:O}}", "type", "START", "input", "x", deep), NULL),
@@ -215,7 +215,7 @@ static void test_data_depth(void)
     json_decref(deep);
     /* a task result at the limit, inside the event's envelope {result: ...}, is taken */
     d = st_et_compile_steps("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"r\"},"
-                "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"r\":\"len(state.r)\"}}]");
+                            "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"r\":\"len(state.r)\"}}]");
     snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_WAITING);
     const char *token = json_string_value(json_object_get(json_object_get(snap, "waiting"), "token"));
@@ -226,7 +226,7 @@ static void test_data_depth(void)
     st_defn_free(d);
     /* built one level per step */
     d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"200\",\"body\":["
-                "{\"id\":\"wrap\",\"type\":\"set\",\"values\":{\"x\":\"[state.x]\"}}]}]");
+                            "{\"id\":\"wrap\",\"type\":\"set\",\"values\":{\"x\":\"[state.x]\"}}]}]");
     snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "data_too_deep");
@@ -271,9 +271,9 @@ static void test_subworkflow_depth(void)
 static void test_budget_shared_by_a_wakeup(void)
 {
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"1\"}},"
-                           "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"},"
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"y\":\"2\"}},"
-                           "{\"id\":\"done\",\"type\":\"complete\"}]");
+                                       "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"},"
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"y\":\"2\"}},"
+                                       "{\"id\":\"done\",\"type\":\"complete\"}]");
     st_run_budget_t budget = {.steps_left = 3, .work_left = 1000000, .deadline_ms = 0};
     st_run_result_t r1, r2;
     st_errbuf_t eb;

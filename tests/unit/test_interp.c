@@ -51,7 +51,7 @@ static void test_set_if_switch_loops_complete(void)
 static void test_loop_bound_and_expression_failure(void)
 {
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":5,"
-                           "\"body\":[{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+                                       "\"body\":[{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), ST_RUN_FAILED);
     CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(json_object_get(snap, "error"), "message")),
@@ -70,8 +70,8 @@ static void test_loop_bound_and_expression_failure(void)
 static void test_task_and_stale_tokens(void)
 {
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"a\"],"
-                           "\"payload\":{\"amount\":\"input.amount\"},\"deadline\":\"'1h'\",\"result\":\"approval\"},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.ok\"}}]");
+                                       "\"payload\":{\"amount\":\"input.amount\"},\"deadline\":\"'1h'\",\"result\":\"approval\"},"
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.ok\"}}]");
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"amount\":7}}", &effects), ST_RUN_WAITING);
     json_t *open = json_array_get(effects, 0);
@@ -104,8 +104,8 @@ static void test_task_and_stale_tokens(void)
 static void test_signal_timeout_and_conflict(void)
 {
     st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"sig\",\"timeout\":1000,"
-                           "\"on_timeout\":[{\"id\":\"late\",\"type\":\"set\",\"values\":{\"late\":\"true\"}}]},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"v\":\"state.sig.v\",\"late\":\"state.late\"}}]");
+                                       "\"on_timeout\":[{\"id\":\"late\",\"type\":\"set\",\"values\":{\"late\":\"true\"}}]},"
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"v\":\"state.sig.v\",\"late\":\"state.late\"}}]");
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
     json_t *timer = json_array_get(effects, 0);
