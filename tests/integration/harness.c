@@ -469,20 +469,28 @@ int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s)
     }
 }
 
-int it_produce_command(int type, const char *token, const char *target, const char *args)
+size_t it_pack_command(int type, const char *token, const char *target, const char *args,
+                       uint8_t *buf, size_t cap)
 {
     Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
     cmd.envelope_version = 1;
     cmd.type = (Strand__V1__CommandType)type;
-    cmd.token = (char *)token;
-    cmd.target_id = (char *)target;
+    if (token != NULL)
+        cmd.token = (char *)token;
+    if (target != NULL)
+        cmd.target_id = (char *)target;
     cmd.args.data = (uint8_t *)args;
     cmd.args.len = strlen(args);
-    if (strand__v1__ingress_command__get_packed_size(&cmd) > 4096)
+    if (strand__v1__ingress_command__get_packed_size(&cmd) > cap)
         return 0;
+    return strand__v1__ingress_command__pack(&cmd, buf);
+}
+
+int it_produce_command(int type, const char *token, const char *target, const char *args)
+{
     uint8_t buf[4096];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    return it_produce_ingress(buf, len);
+    size_t len = it_pack_command(type, token, target, args, buf, sizeof buf);
+    return len > 0 && it_produce_ingress(buf, len);
 }
 
 int it_sql_exec(const char *sql)

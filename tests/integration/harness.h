@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef enum { IT_API, IT_EXECUTOR, IT_SCHEDULER, IT_MONITOR, IT_NSERVICES } it_service_t;
@@ -131,8 +132,13 @@ double it_metric(it_service_t svc, const char *series, double absent);
 int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s);
 
 /* Packs an IngressCommand (envelope version 1) of `type` (a Strand__V1__CommandType)
- * with `token`, `target` (may be NULL) and `args` (JSON text) and puts it on the
- * ingress topic with it_produce_ingress(). Returns 1 on success. */
+ * with `token` and `target` (each NULL: not set) and `args` (JSON text) into `buf`
+ * (`cap` bytes, the caller's). Returns the packed length, or 0 if it does not fit. */
+size_t it_pack_command(int type, const char *token, const char *target, const char *args,
+                       uint8_t *buf, size_t cap);
+
+/* it_pack_command() put on the ingress topic with it_produce_ingress(), as an
+ * application's producer would. Returns 1 on success. */
 int it_produce_command(int type, const char *token, const char *target, const char *args);
 
 /* Runs one SQL statement on the test database; returns 1 if it succeeded (a command or

@@ -375,13 +375,10 @@ static void test_app_principal(void)
     snprintf(ref, sizeof ref, "acl-%s", suffix);
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"input\":{},\"business_ref\":\"%s\"}",
              quick_flow, ref);
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
     uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
+    size_t len = it_pack_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, NULL, NULL, args, buf,
+                                 sizeof buf);
+    CU_ASSERT_FATAL(len > 0);
     snprintf(topic, sizeof topic, "%singress", it_topic_prefix());
     rd_kafka_resp_err_t err = produce_raw(brokers, "app", app_password, topic, ref, buf, len, &r);
     printf("\n  app -> %s: %s\n", topic, rd_kafka_err2name(err));
