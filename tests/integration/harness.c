@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "strand/curl_body.h"
+#include "strand/proto/strand.pb-c.h"
 
 static const char *const service_names[IT_NSERVICES] = {"api", "executor", "scheduler",
                                                         "monitor"};
@@ -255,17 +256,23 @@ long it_http_request(it_service_t svc, const char *token, const char *method, co
     return status;
 }
 
-long it_http(it_service_t svc, const char *method, const char *path, const char *body,
-             json_t **out)
+long it_req(it_service_t svc, const char *token, const char *method, const char *path,
+            const char *body, json_t **out)
 {
     char *raw = NULL;
-    long status = it_http_request(svc, NULL, method, path, body, &raw, NULL, 0);
+    long status = it_http_request(svc, token, method, path, body, &raw, NULL, 0);
     if (out != NULL) {
         json_error_t jerr;
         *out = raw ? json_loads(raw, JSON_DECODE_ANY, &jerr) : NULL;
     }
     free(raw);
     return status;
+}
+
+long it_http(it_service_t svc, const char *method, const char *path, const char *body,
+             json_t **out)
+{
+    return it_req(svc, NULL, method, path, body, out);
 }
 
 long it_http_text(it_service_t svc, const char *path, char **text)
@@ -360,4 +367,173 @@ int it_produce_ingress(const void *bytes, size_t len)
     long long rows = it_sql_number(sql);
     free(sql);
     return rows == 1;
+}
+
+char *it_start_instance(const char *token, const char *definition, const char *input)
+{
+    if (input == NULL)
+        input = "{}";
+    size_t cap = strlen(definition) + strlen(input) + 64;
+    char *body = malloc(cap);
+    if (body == NULL)
+        return NULL;
+    snprintf(body, cap, "{\"definition\":\"%s\",\"input\":%s}", definition, input);
+    json_t *answer = NULL;
+    long status = it_req(IT_API, token, "POST", "/v1/instances", body, &answer);
+    free(body);
+    CU_ASSERT_EQUAL(status, 201);
+    const char *id = json_string_value(json_object_get(answer, "id"));
+    char *copy = status == 201 && id ? strdup(id) : NULL;
+    json_decref(answer);
+    return copy;
+}
+
+void it_import(const char *token, const char *doc)
+{
+    json_t *answer = NULL;
+    long status = it_req(IT_API, token, "POST", "/v1/definitions", doc, &answer);
+    if (status != 201) {
+        char *text = json_dumps(answer, JSON_COMPACT);
+        fprintf(stderr, "import answered %ld: %s\n", status, text ? text : "");
+        free(text);
+    }
+    CU_ASSERT_EQUAL(status, 201);
+    json_decref(answer);
+}
+
+char *it_wait_open_task(const char *token, const char *instance_id, int timeout_s)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance_id);
+    time_t deadline = time(NULL) + timeout_s;
+    while (time(NULL) < deadline) {
+        json_t *answer = NULL;
+        char *copy = NULL;
+        if (it_req(IT_API, token, "GET", path, NULL, &answer) == 200) {
+            const char *id = json_string_value(json_object_get(
+                json_array_get(json_object_get(answer, "items"), 0), "id"));
+            copy = id ? strdup(id) : NULL;
+        }
+        json_decref(answer);
+        if (copy)
+            return copy;
+        usleep(50 * 1000);
+    }
+    return NULL;
+}
+
+char *it_sql_text(const char *sql)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    char *out = NULL;
+    if (PQstatus(conn) == CONNECTION_OK) {
+        PGresult *res = PQexec(conn, sql);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+            out = strdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    PQfinish(conn);
+    return out;
+}
+
+char *it_wait_text(const char *sql, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    while (time(NULL) < deadline) {
+        char *v = it_sql_text(sql);
+        if (v != NULL)
+            return v;
+        usleep(50 * 1000);
+    }
+    return NULL;
+}
+
+double it_metric(it_service_t svc, const char *series, double absent)
+{
+    char *text = NULL;
+    it_http_text(svc, "/metrics", &text);
+    char needle[400];
+    snprintf(needle, sizeof needle, "\n%s ", series);
+    const char *p = text ? strstr(text, needle) : NULL;
+    double v = p ? atof(p + strlen(needle)) : absent;
+    free(text);
+    return v;
+}
+
+int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s)
+{
+    time_t deadline = time(NULL) + timeout_s;
+    for (;;) {
+        if (it_http(svc, "GET", path, NULL, NULL) == want)
+            return 1;
+        if (time(NULL) >= deadline)
+            return 0;
+        usleep(100 * 1000);
+    }
+}
+
+size_t it_pack_command(int type, const char *token, const char *target, const char *args,
+                       uint8_t *buf, size_t cap)
+{
+    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
+    cmd.envelope_version = 1;
+    cmd.type = (Strand__V1__CommandType)type;
+    if (token != NULL)
+        cmd.token = (char *)token;
+    if (target != NULL)
+        cmd.target_id = (char *)target;
+    cmd.args.data = (uint8_t *)args;
+    cmd.args.len = strlen(args);
+    if (strand__v1__ingress_command__get_packed_size(&cmd) > cap)
+        return 0;
+    return strand__v1__ingress_command__pack(&cmd, buf);
+}
+
+int it_produce_command(int type, const char *token, const char *target, const char *args)
+{
+    uint8_t buf[4096];
+    size_t len = it_pack_command(type, token, target, args, buf, sizeof buf);
+    return len > 0 && it_produce_ingress(buf, len);
+}
+
+int it_sql_exec(const char *sql)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    PGresult *res = PQexec(conn, sql);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (!ok)
+        fprintf(stderr, "sql failed: %s: %s\n", sql, PQerrorMessage(conn));
+    PQclear(res);
+    PQfinish(conn);
+    return ok;
+}
+
+PGconn *it_pg_begin(void)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    PGresult *res = PQexec(conn, "BEGIN");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    return conn;
+}
+
+void it_pg_commit(PGconn *conn)
+{
+    PGresult *res = PQexec(conn, "COMMIT");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    PQfinish(conn);
+}
+
+void it_start_api_executor(const char *auth_file)
+{
+    if (auth_file != NULL)
+        setenv("STRAND_AUTH_FILE", auth_file, 1);
+    CU_ASSERT_FATAL(it_start(IT_API) > 0);
+    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
+    int ready = it_wait_http(IT_API, "/readyz", 200, 60);
+    if (auth_file != NULL)
+        unlink(auth_file);
+    CU_ASSERT_FATAL(ready);
 }

@@ -12,6 +12,8 @@
 #define STRAND_IT_HARNESS_H
 
 #include <jansson.h>
+#include <libpq-fe.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef enum { IT_API, IT_EXECUTOR, IT_SCHEDULER, IT_MONITOR, IT_NSERVICES } it_service_t;
@@ -93,5 +95,68 @@ long long it_sql_number(const char *sql);
 /* Puts raw bytes on the test's ingress topic the way an application producer would
  * (an outbox row the services' relay publishes). Returns 1 on success. */
 int it_produce_ingress(const void *bytes, size_t len);
+
+/* One HTTP request with a bearer `token` (NULL: none). Returns the status (-1 if
+ * unreachable) and the parsed JSON body in *out if `out` is not NULL (caller
+ * decrefs; NULL if not JSON). it_http() is this without a token. */
+long it_req(it_service_t svc, const char *token, const char *method, const char *path,
+            const char *body, json_t **out);
+
+/* POST /v1/instances {"definition": definition, "input": input} (input NULL: {}) with
+ * `token`; asserts 201. Returns the new instance id (caller frees), NULL unless 201. */
+char *it_start_instance(const char *token, const char *definition, const char *input);
+
+/* POST /v1/definitions with the JSON document `doc` and `token`; asserts 201 and
+ * prints the answer when it is not 201. */
+void it_import(const char *token, const char *doc);
+
+/* Polls GET /v1/tasks?instance_id=...&status=open (with `token`) until the instance
+ * has an open task; returns the first one's id (caller frees) or NULL after
+ * `timeout_s`. */
+char *it_wait_open_task(const char *token, const char *instance_id, int timeout_s);
+
+/* Runs `sql` on the test database; returns the first column of the first row as a new
+ * string (caller frees), or NULL on error, no row or SQL NULL. */
+char *it_sql_text(const char *sql);
+
+/* Polls `sql` every 50 ms until it_sql_text() answers a value; returns it (caller
+ * frees) or NULL after `timeout_s`. */
+char *it_wait_text(const char *sql, int timeout_s);
+
+/* The value of one exact series (`name{labels}`) on a service's /metrics, or `absent`
+ * when the series (or the service) is not there. */
+double it_metric(it_service_t svc, const char *series, double absent);
+
+/* Polls GET `path` on a service every 100 ms until it answers `want` (e.g. /readyz and
+ * 200, or 503 while a dependency is down). Returns 1 when it did within `timeout_s`. */
+int it_wait_http(it_service_t svc, const char *path, long want, int timeout_s);
+
+/* Packs an IngressCommand (envelope version 1) of `type` (a Strand__V1__CommandType)
+ * with `token` and `target` (each NULL: not set) and `args` (JSON text) into `buf`
+ * (`cap` bytes, the caller's). Returns the packed length, or 0 if it does not fit. */
+size_t it_pack_command(int type, const char *token, const char *target, const char *args,
+                       uint8_t *buf, size_t cap);
+
+/* it_pack_command() put on the ingress topic with it_produce_ingress(), as an
+ * application's producer would. Returns 1 on success. */
+int it_produce_command(int type, const char *token, const char *target, const char *args);
+
+/* Runs one SQL statement on the test database; returns 1 if it succeeded (a command or
+ * a query), else prints the error and returns 0. */
+int it_sql_exec(const char *sql);
+
+/* Connects to the test database (stopping the test if it cannot) and opens a
+ * transaction, for the *_tx functions a Strand writer calls. End it with
+ * it_pg_commit(), which also closes the connection. */
+PGconn *it_pg_begin(void);
+
+/* Commits the transaction it_pg_begin() opened and closes `conn`. */
+void it_pg_commit(PGconn *conn);
+
+/* Starts the API and the executor only (the API reads its tokens from `auth_file`, which
+ * is removed once the API is up; NULL: no STRAND_AUTH_FILE change) and waits up to 60 s
+ * for the API's /readyz to answer 200. Stops the test (fatal assert) if either does
+ * not start or the API is not ready. */
+void it_start_api_executor(const char *auth_file);
 
 #endif

@@ -25,8 +25,6 @@ static char def_name[64];
 static void emit(const char *consumer, int delivery_s, int processing_s, int max_raises,
                  char guid[37])
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     json_t *consumers = json_pack("[{s:s, s:i, s:i, s:i}]", "consumer", consumer,
                                   "delivery_timeout_s", delivery_s, "processing_timeout_s",
                                   processing_s, "max_raises", max_raises);
@@ -36,12 +34,11 @@ static void emit(const char *consumer, int delivery_s, int processing_s, int max
                           .definition = def_name, .definition_version = 1,
                           .payload = payload, .consumers = consumers};
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     CU_ASSERT_EQUAL(st_work_emit_tx(conn, &ev, guid, &eb), ST_OK);
-    PQclear(PQexec(conn, "COMMIT"));
+    it_pg_commit(conn);
     json_decref(consumers);
     json_decref(payload);
-    PQfinish(conn);
 }
 
 static long ack(const char *guid, const char *consumer, const char *stage, const char *extra,

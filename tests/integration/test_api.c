@@ -48,12 +48,6 @@ static long call(const char *token, const char *method, const char *path, const 
     return status;
 }
 
-static long req(const char *token, const char *method, const char *path, const char *body,
-                json_t **out)
-{
-    return call(token, method, path, body, out, NULL, NULL, 0);
-}
-
 /* Asserts a problem answer: status, application/problem+json, code, and field. */
 static void expect_problem(const char *token, const char *method, const char *path,
                            const char *body, long status, const char *code, const char *field)
@@ -83,7 +77,7 @@ static int wait_status(const char *id, const char *want, int timeout_s)
     time_t deadline = time(NULL) + timeout_s;
     while (time(NULL) < deadline) {
         json_t *inst = NULL;
-        req(T_ADMIN, "GET", path, NULL, &inst);
+        it_req(IT_API, T_ADMIN, "GET", path, NULL, &inst);
         const char *status = json_string_value(json_object_get(inst, "status"));
         int done = status && strcmp(status, want) == 0;
         json_decref(inst);
@@ -100,7 +94,7 @@ static char *start(const char *token, const char *definition, const char *ref, l
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":\"%s\",\"input\":{\"n\":1}}",
              definition, ref);
     json_t *a = NULL;
-    long s = req(token, "POST", "/v1/instances", body, &a);
+    long s = it_req(IT_API, token, "POST", "/v1/instances", body, &a);
     if (status)
         *status = s;
     const char *id = json_string_value(json_object_get(a, "id"));
@@ -109,21 +103,12 @@ static char *start(const char *token, const char *definition, const char *ref, l
     return copy;
 }
 
+/* The instance's open task id into `out` ("" if none within 10 s). */
 static void first_task_of(const char *instance, char *out, size_t n)
 {
-    char path[200];
-    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance);
-    out[0] = '\0';
-    for (int i = 0; i < 100 && out[0] == '\0'; i++) {
-        json_t *a = NULL;
-        req(T_ADMIN, "GET", path, NULL, &a);
-        const char *id = json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id"));
-        if (id)
-            snprintf(out, n, "%s", id);
-        json_decref(a);
-        if (out[0] == '\0')
-            usleep(100 * 1000);
-    }
+    char *id = it_wait_open_task(T_ADMIN, instance, 10);
+    snprintf(out, n, "%s", id ? id : "");
+    free(id);
 }
 
 /* ---- a minimal XML well-formedness check for the SVG -------------------------------- */
@@ -216,20 +201,10 @@ static void test_start_services(void)
                "{\"token\": \"%s\", \"principal\": \"carol\", \"roles\": [\"developer\"]}]}",
             T_ADMIN, T_ALICE, T_BOB, T_CAROL);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
     setenv("STRAND_API_REQUEST_TIMEOUT_MS", "2500", 1);
     snprintf(flow, sizeof flow, "api_flow_%d", (int)getpid());
     snprintf(life, sizeof life, "api_life_%d", (int)getpid());
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = req(NULL, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    CU_ASSERT_FATAL(ready);
-    unlink(path);
+    it_start_api_executor(path);
 }
 
 static void test_public_and_meta(void)
@@ -240,7 +215,7 @@ static void test_public_and_meta(void)
     CU_ASSERT_TRUE(text != NULL && strstr(text, "strand_http_requests_total") != NULL);
     free(text);
     json_t *doc = NULL;
-    CU_ASSERT_EQUAL(req(NULL, "GET", "/v1/openapi.json", NULL, &doc), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, NULL, "GET", "/v1/openapi.json", NULL, &doc), 200);
     CU_ASSERT_PTR_NOT_NULL(json_object_get(json_object_get(doc, "paths"),
                                            "/v1/definitions/{name}/{version}/diagram.svg"));
     json_decref(doc);
@@ -271,10 +246,10 @@ static void test_definitions(void)
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.approved\"}}]}",
              flow);
     json_t *a = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", doc, &a), 201);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions", doc, &a), 201);
     json_decref(a);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", doc, NULL), 200);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions/validate", doc, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions", doc, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions/validate", doc, &a), 200);
     CU_ASSERT_TRUE(json_is_true(json_object_get(a, "valid")));
     json_decref(a);
     /* Same name and version, other content: immutable. */
@@ -290,7 +265,7 @@ static void test_definitions(void)
     snprintf(other, sizeof other, "{\"kind\":\"flow\",\"name\":\"%s_bad\",\"version\":1,\"steps\":"
              "[{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result_schema\":{\"properties\":{\"a\":{\"type\":7}}}}]}",
              flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", other, &a), 422);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions", other, &a), 422);
     const char *ptr = json_string_value(json_object_get(json_array_get(json_object_get(a, "problems"), 0), "pointer"));
     CU_ASSERT_STRING_EQUAL(ptr ?: "", "/steps/0/result_schema/properties/a/type");
     json_decref(a);
@@ -304,14 +279,14 @@ static void test_definitions(void)
              "{\"from\":\"paid\",\"event\":\"ship\",\"to\":\"shipped\"},"
              "{\"from\":\"created\",\"event\":\"cancel\",\"to\":\"cancelled\"}],"
              "\"transition_route\":\"app\",\"routes\":{\"app\":{\"consumers\":[\"orders-app\"]}}}", life);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", doc, NULL), 201);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions", doc, NULL), 201);
 
     char path[256];
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", "/v1/definitions", NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 2);
     json_decref(a);
     /* pages: two pages of one follow each other */
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions?limit=1", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", "/v1/definitions?limit=1", NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 1);
     const char *next = json_string_value(json_object_get(a, "next_cursor"));
     CU_ASSERT_PTR_NOT_NULL_FATAL(next);
@@ -321,13 +296,13 @@ static void test_definitions(void)
     curl_free(cur);
     curl_easy_cleanup(esc);
     json_t *b = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &b), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &b), 200);
     json_t *first = json_array_get(json_object_get(a, "items"), 0), *second = json_array_get(json_object_get(b, "items"), 0);
     CU_ASSERT_FALSE(json_equal(json_object_get(first, "name"), json_object_get(second, "name")) &&
                     json_equal(json_object_get(first, "version"), json_object_get(second, "version")));
     json_decref(a);
     json_decref(b);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", "/v1/definitions?kind=lifecycle&limit=500", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", "/v1/definitions?kind=lifecycle&limit=500", NULL, &a), 200);
     size_t i;
     json_t *item;
     int lifecycles_only = 1, has_life = 0;
@@ -341,12 +316,12 @@ static void test_definitions(void)
     expect_problem(T_CAROL, "GET", "/v1/definitions?cursor=abc", NULL, 400, "invalid_cursor", "/cursor");
     expect_problem(T_CAROL, "GET", "/v1/definitions?limit=501", NULL, 400, "invalid_limit", "/limit");
     snprintf(path, sizeof path, "/v1/definitions/%s", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(a, "version")), 1);
     CU_ASSERT_PTR_NOT_NULL(json_object_get(a, "canonical"));
     json_decref(a);
     snprintf(path, sizeof path, "/v1/definitions/%s/1", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v1/definitions/%s/x1", flow);
     expect_problem(T_CAROL, "GET", path, NULL, 400, "invalid_version", "/version");
     expect_problem(T_CAROL, "GET", "/v1/definitions/no_such_definition_h7", NULL, 404,
@@ -369,8 +344,8 @@ static void test_instances(void)
     char body[300];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"request_id\":\"h7-rid-%d\"}", flow, (int)getpid());
     json_t *a = NULL, *b = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/instances", body, &a), 201);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/instances", body, &b), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/instances", body, &a), 201);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/instances", body, &b), 200);
     CU_ASSERT_TRUE(json_equal(json_object_get(a, "id"), json_object_get(b, "id")));
     json_decref(a);
     json_decref(b);
@@ -387,27 +362,27 @@ static void test_instances(void)
     }
     char path[512];
     snprintf(path, sizeof path, "/v1/instances?definition=%s&business_ref=batch-h7&limit=2", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 2);
     const char *cursor = json_string_value(json_object_get(a, "next_cursor"));
     CU_ASSERT_PTR_NOT_NULL_FATAL(cursor);
     snprintf(path, sizeof path, "/v1/instances?definition=%s&business_ref=batch-h7&limit=2&cursor=%s", flow, cursor);
     json_decref(a);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 1);
     CU_ASSERT_TRUE(json_is_null(json_object_get(a, "next_cursor")));
     json_decref(a);
     /* Time range: everything of this run is after 2000 and before 2100; none after 2100. */
     snprintf(path, sizeof path, "/v1/instances?definition=%s&created_after=2000-01-01T00:00:00Z&created_before=2100-01-01", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 5);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/instances?definition=%s&created_after=2100-01-01", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 0);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/instances?definition=%s&status=waiting&business_ref=order-h7-1", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "items")), 1);
     json_decref(a);
     expect_problem(T_CAROL, "GET", "/v1/instances?created_after=yesterday", NULL, 400, "invalid_time", "/created_after");
@@ -418,15 +393,15 @@ static void test_instances(void)
 
     /* get, history, runtime ("why is it waiting") */
     snprintf(path, sizeof path, "/v1/instances/%s", inst_waiting);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(a, "waiting"), "kind")) ?: "", "task");
     json_decref(a);
     snprintf(path, sizeof path, "/v1/instances/%s/history", inst_waiting);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 1);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", inst_waiting);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     CU_ASSERT_EQUAL(json_array_size(json_object_get(a, "open_tasks")), 1);
     CU_ASSERT_TRUE(json_is_array(json_object_get(a, "waiting_for_signals")) &&
                    json_array_size(json_object_get(a, "waiting_for_signals")) == 0);
@@ -494,7 +469,7 @@ static void test_diagram(void)
              "\"delay\":\"'1h'\"},{\"type\":\"queue\",\"name\":\"verified\"}]},\"next\":[\"submit\"]},"
              "{\"id\":\"submit\",\"execute\":{\"transport\":\"http\",\"request\":{\"a\":\"1\"}},\"next\":[\"welcome\"]},"
              "{\"id\":\"welcome\",\"complete\":{\"ok\":true}}]}", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/definitions", process_doc, NULL), 201);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/definitions", process_doc, NULL), 201);
     snprintf(path, sizeof path, "/v1/definitions/%s_proc/1/diagram.svg", flow);
     CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
     CU_ASSERT_FATAL(svg != NULL);
@@ -512,7 +487,7 @@ static void test_diagram(void)
     CU_ASSERT_TRUE(wait_status(pid_, "waiting", 30));
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", pid_);
     json_t *rt = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &rt), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &rt), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(json_object_get(rt, "waiting_for_signals"), 0)) ?: "",
                            "verified");
     CU_ASSERT_EQUAL(json_array_size(json_object_get(rt, "pending_timers")), 1);
@@ -528,7 +503,7 @@ static void test_diagram(void)
     CU_ASSERT_STRING_EQUAL(cls, "node");
     free(svg);
     snprintf(path, sizeof path, "/v1/instances/%s/signals", pid_);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", path, "{\"name\":\"verified\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", path, "{\"name\":\"verified\"}", NULL), 202);
     CU_ASSERT_TRUE(wait_status(pid_, "failed", 30));
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", proc_name, pid_);
     CU_ASSERT_EQUAL(call(T_CAROL, "GET", path, NULL, NULL, &svg, NULL, 0), 200);
@@ -543,7 +518,7 @@ static void test_diagram(void)
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"h7-order\",\"event\":\"pay\","
              "\"request_id\":\"h7-pay-%d\",\"actor\":\"clerk\"}", life, (int)getpid());
     json_t *a = NULL;
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", "/v1/triggers", body, &a), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", "/v1/triggers", body, &a), 202);
     char lid[40] = "";
     snprintf(lid, sizeof lid, "%s", json_string_value(json_object_get(a, "instance_id")) ?: "");
     json_decref(a);
@@ -551,7 +526,7 @@ static void test_diagram(void)
     snprintf(path, sizeof path, "/v1/instances/%s", lid);
     int moved = 0;
     for (int i = 0; i < 300 && !moved; i++) {
-        req(T_CAROL, "GET", path, NULL, &a);
+        it_req(IT_API, T_CAROL, "GET", path, NULL, &a);
         moved = json_integer_value(json_object_get(a, "state_version")) >= 2 ||
                 (json_object_get(a, "state_version") && json_integer_value(json_object_get(a, "state_version")) >= 1 &&
                  json_string_value(json_object_get(a, "status")) &&
@@ -621,7 +596,7 @@ static void test_authorisation_matrix(void)
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         for (int c = 0; c < NCALLERS; c++) {
             json_t *p = NULL;
-            long got = req(tokens[c], rows[r].method, rows[r].path, rows[r].body, &p);
+            long got = it_req(IT_API, tokens[c], rows[r].method, rows[r].path, rows[r].body, &p);
             long want = c < CAROL ? 401 : rows[r].want[c - CAROL];
             int ok = want == 0 ? (got != 401 && got != 403 && got > 0) : got == want;
             if (!ok)
@@ -644,7 +619,7 @@ static void test_tasks(void)
     char path[256], body[256];
     json_t *a = NULL;
     /* list by role, assignee, status */
-    CU_ASSERT_EQUAL(req(T_ALICE, "GET", "/v1/tasks?role=approver&status=open&limit=500", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "GET", "/v1/tasks?role=approver&status=open&limit=500", NULL, &a), 200);
     size_t i;
     json_t *t;
     int found = 0;
@@ -655,7 +630,7 @@ static void test_tasks(void)
     expect_problem(T_ALICE, "GET", "/v1/tasks?status=lost", NULL, 400, "invalid_status", "/status");
     expect_problem(T_ALICE, "GET", "/v1/tasks?instance_id=x", NULL, 400, "invalid_id", "/instance_id");
     snprintf(path, sizeof path, "/v1/tasks/%s", task_approve);
-    CU_ASSERT_EQUAL(req(T_ALICE, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "GET", path, NULL, &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "status")) ?: "", "open");
     json_decref(a);
     expect_problem(T_ALICE, "GET", "/v1/tasks/00000000-0000-4000-8000-000000000000", NULL, 404, "task_not_found", NULL);
@@ -666,18 +641,18 @@ static void test_tasks(void)
     expect_problem(T_BOB, "POST", path, "{}", 403, "forbidden", NULL);
     expect_problem(T_ALICE, "POST", path, "{\"assignee\":\"dave\"}", 403, "forbidden", NULL);
     expect_problem(T_ALICE, "POST", path, "{\"assignee\":5}", 400, "invalid_field", "/assignee");
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{}", &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{}", &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "assignee")) ?: "", "alice");
     json_decref(a);
-    CU_ASSERT_EQUAL(req(T_ALICE, "GET", "/v1/tasks?assignee=alice&status=assigned", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "GET", "/v1/tasks?assignee=alice&status=assigned", NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 1);
     json_decref(a);
     /* release and take again */
     snprintf(path, sizeof path, "/v1/tasks/%s/release", task_approve);
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{}", NULL), 200);
     expect_problem(T_ALICE, "POST", path, "{}", 409, "task_state", NULL);
     snprintf(path, sizeof path, "/v1/tasks/%s/assign", task_approve);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"assignee\":\"alice\"}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"assignee\":\"alice\"}", NULL), 200);
 
     /* complete: the result must match the step's result_schema */
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", task_approve);
@@ -693,7 +668,7 @@ static void test_tasks(void)
     snprintf(body, sizeof body, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'assigned'",
              task_approve);
     CU_ASSERT_EQUAL(it_sql_number(body), 1);   /* refused completions changed nothing */
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{\"result\":{\"approved\":true,\"comment\":\"ok\"}}", &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{\"result\":{\"approved\":true,\"comment\":\"ok\"}}", &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "status")) ?: "", "completed");
     json_decref(a);
     expect_problem(T_ALICE, "POST", path, "{\"result\":{\"approved\":true}}", 409, "task_state", NULL);
@@ -703,7 +678,7 @@ static void test_tasks(void)
     char ship[40] = "";
     for (int k = 0; k < 100 && ship[0] == '\0'; k++) {
         snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open&role=shipper", inst_waiting);
-        req(T_BOB, "GET", path, NULL, &a);
+        it_req(IT_API, T_BOB, "GET", path, NULL, &a);
         const char *id = json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id"));
         if (id)
             snprintf(ship, sizeof ship, "%s", id);
@@ -733,7 +708,7 @@ static void test_tasks(void)
     snprintf(body, sizeof body, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'open'", ship);
     CU_ASSERT_EQUAL(it_sql_number(body), 1);
     /* the API's connection is usable again */
-    CU_ASSERT_EQUAL(req(T_BOB, "POST", path, "{\"result\":{}}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_BOB, "POST", path, "{\"result\":{}}", NULL), 200);
     CU_ASSERT_TRUE(wait_status(inst_waiting, "completed", 30));
 }
 
@@ -746,10 +721,10 @@ static void test_signals_cancel_terminate(void)
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
     expect_problem(T_CAROL, "POST", path, "{\"payload\":{}}", 400, "invalid_field", "/name");
     json_t *a = NULL;
-    long s = req(T_CAROL, "POST", path, "{\"name\":\"poke\",\"request_id\":\"h7-poke\"}", &a);
+    long s = it_req(IT_API, T_CAROL, "POST", path, "{\"name\":\"poke\",\"request_id\":\"h7-poke\"}", &a);
     CU_ASSERT_EQUAL(s, 202);
     json_decref(a);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", path, "{\"name\":\"poke\",\"request_id\":\"h7-poke\"}", &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", path, "{\"name\":\"poke\",\"request_id\":\"h7-poke\"}", &a), 200);
     CU_ASSERT_TRUE(json_is_true(json_object_get(a, "duplicate")));
     json_decref(a);
     expect_problem(T_CAROL, "POST", "/v1/signals", "{\"business_ref\":\"no-such-ref-h7\",\"name\":\"x\"}", 404,
@@ -757,7 +732,7 @@ static void test_signals_cancel_terminate(void)
     /* terminate: admin only */
     snprintf(path, sizeof path, "/v1/instances/%s/terminate", id);
     expect_problem(T_CAROL, "POST", path, "{}", 403, "forbidden", NULL);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"reason\":\"test\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"reason\":\"test\"}", NULL), 202);
     CU_ASSERT_TRUE(wait_status(id, "terminated", 30));
     expect_problem(T_ADMIN, "POST", path, "{}", 409, "instance_ended", NULL);
     free(id);
@@ -766,7 +741,7 @@ static void test_signals_cancel_terminate(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     CU_ASSERT_TRUE(wait_status(id, "waiting", 30));
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
-    CU_ASSERT_EQUAL(req(T_CAROL, "POST", path, "{\"reason\":\"no longer needed\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "POST", path, "{\"reason\":\"no longer needed\"}", NULL), 202);
     CU_ASSERT_TRUE(wait_status(id, "cancelled", 30));
     free(id);
     expect_problem(T_CAROL, "POST", "/v1/instances/00000000-0000-4000-8000-000000000000/cancel", "{}", 404,
@@ -782,18 +757,18 @@ static void test_dead_letters_acks_triggers(void)
     char path[128];
     json_t *a = NULL;
     expect_problem(T_CAROL, "GET", "/v1/dead-letters?status=open", NULL, 403, "forbidden", NULL);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "GET", "/v1/dead-letters?status=open", NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", "/v1/dead-letters?status=open", NULL, &a), 200);
     CU_ASSERT_TRUE(json_array_size(json_object_get(a, "items")) >= 1);
     json_decref(a);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld", dl);
     expect_problem(T_CAROL, "GET", path, NULL, 403, "forbidden", NULL);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, &a), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "payload_base64")) ?: "", "AQI=");
     json_decref(a);
     expect_problem(T_ADMIN, "GET", "/v1/dead-letters/999999999", NULL, 404, "dead_letter_not_found", NULL);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld/discard", dl);
     expect_problem(T_ALICE, "POST", path, "{}", 403, "forbidden", NULL);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{}", NULL), 200);
     expect_problem(T_ADMIN, "POST", path, "{}", 409, "dead_letter_not_open", NULL);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", dl);
     expect_problem(T_ADMIN, "POST", path, "{}", 409, "dead_letter_not_open", NULL);
@@ -809,35 +784,6 @@ static void test_dead_letters_acks_triggers(void)
                    404, "definition_not_found", "/definition");
 }
 
-/* Publishes an IngressCommand to the ingress topic through the outbox (the API's relay
- * moves it to Kafka, as an application's producer would). */
-static int produce_command(Strand__V1__CommandType type, const char *token, const char *target,
-                           const char *args)
-{
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = type;
-    cmd.token = (char *)token;
-    cmd.target_id = (char *)target;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    return it_produce_ingress(buf, len);
-}
-
-static double metric(const char *series)
-{
-    char *text = NULL;
-    call(NULL, "GET", "/metrics", NULL, NULL, &text, NULL, 0);
-    char needle[200];
-    snprintf(needle, sizeof needle, "\n%s ", series);
-    const char *p = text ? strstr(text, needle) : NULL;
-    double v = p ? atof(p + strlen(needle)) : 0;
-    free(text);
-    return v;
-}
-
 /* The Kafka ingress with authentication on: an unknown token (401), a caller without
  * the role (403) and a bad task result (422) each become a dead letter and an
  * IngressRejected notice and change nothing; a good command after them is accepted. */
@@ -846,7 +792,7 @@ static void test_ingress_authorisation(void)
     char path[512], instance[40] = "", task[40] = "", sql[600];
     json_t *a = NULL;
     snprintf(path, sizeof path, "/v1/instances?definition=%s&business_ref=batch-h7&limit=1", flow);
-    CU_ASSERT_EQUAL(req(T_CAROL, "GET", path, NULL, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, &a), 200);
     snprintf(instance, sizeof instance, "%s",
              json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id")) ?: "");
     json_decref(a);
@@ -855,13 +801,13 @@ static void test_ingress_authorisation(void)
     CU_ASSERT_FATAL(task[0] != '\0');
     long long letters = it_sql_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'");
     long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
-    double accepted = metric("strand_ingress_commands_total{outcome=\"accepted\"}");
+    double accepted = it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0);
 
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
-                                   "{\"name\":\"x\"}"));
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
-                                   "{\"result\":{\"approved\":\"maybe\"}}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_UNKNOWN, instance,
+                                      "{\"name\":\"x\"}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TERMINATE, T_CAROL, instance, "{}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE, T_ALICE, task,
+                                      "{\"result\":{\"approved\":\"maybe\"}}"));
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'",
                                    letters + 3, 60), letters + 3);
     CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >= notices + 3);
@@ -880,10 +826,10 @@ static void test_ingress_authorisation(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'open'", task);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     /* the partition moves on: a good command is accepted */
-    CU_ASSERT_TRUE(produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, T_ALICE, task, "{}"));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_ASSIGN, T_ALICE, task, "{}"));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'alice'", task);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
-    CU_ASSERT_TRUE(metric("strand_ingress_commands_total{outcome=\"accepted\"}") >= accepted + 1);
+    CU_ASSERT_TRUE(it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0) >= accepted + 1);
 }
 
 /* Runs strandctl with `args` (token from `token`, NULL for none); returns its exit
@@ -985,14 +931,14 @@ static void test_retention(void)
     expect_problem(T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"keep\":1}", 400,
                    "invalid_field", "/keep");
     json_t *a = NULL;
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"dry_run\":true}", &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"dry_run\":true}", &a), 200);
     CU_ASSERT_TRUE(json_integer_value(json_object_get(a, "instances")) >= ended);
     json_decref(a);
     CU_ASSERT_EQUAL(it_sql_number(sql), before);   /* a dry run deletes nothing */
     int more = 1;
     long long deleted = 0;
     for (int i = 0; i < 100 && more; i++) {
-        CU_ASSERT_EQUAL(req(T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"limit\":2}", &a), 200);
+        CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"limit\":2}", &a), 200);
         deleted += json_integer_value(json_object_get(json_object_get(a, "deleted"), "instances"));
         more = json_is_true(json_object_get(a, "more"));
         json_decref(a);

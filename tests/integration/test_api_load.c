@@ -140,17 +140,7 @@ static void test_setup(void)
                " \"tokens\": [{\"token\": \"%s\", \"principal\": \"loader\", \"roles\": [\"loader\"]}]}",
             TOKEN);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = it_http(IT_API, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    unlink(path);
-    CU_ASSERT_FATAL(ready);
+    it_start_api_executor(path);
 
     snprintf(def_name, sizeof def_name, "api_load_%d", (int)getpid());
     CURL *curl = curl_easy_init();

@@ -212,39 +212,21 @@ static int wait_hits(const char *instance, int want, int timeout_s, hit_t *out, 
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
-static void import(const char *doc)
-{
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
-    if (status != 201) {
-        char *text = json_dumps(answer, JSON_COMPACT);
-        fprintf(stderr, "import answered %ld: %s\n", status, text);
-        free(text);
-    }
-    CU_ASSERT_EQUAL(status, 201);
-    json_decref(answer);
-}
-
 /* Imports flow <name>_<suffix> with `steps` (a JSON array text). */
 static void import_flow(const char *name, const char *steps)
 {
     char doc[4096];
     snprintf(doc, sizeof doc, "{\"kind\":\"flow\",\"name\":\"%s_%s\",\"version\":1,\"steps\":%s}",
              name, suffix, steps);
-    import(doc);
+    it_import(NULL, doc);
 }
 
+/* Starts flow <name>_<suffix> with no input; returns its id (caller frees). */
 static char *start(const char *name)
 {
-    char body[256];
-    snprintf(body, sizeof body, "{\"definition\":\"%s_%s\",\"input\":{}}", name, suffix);
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
+    char def[160];
+    snprintf(def, sizeof def, "%s_%s", name, suffix);
+    return it_start_instance(NULL, def, NULL);
 }
 
 static void test_setup(void)

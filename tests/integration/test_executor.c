@@ -133,19 +133,13 @@ static void test_kafka_ingress(void)
     snprintf(ref, sizeof ref, "ingress-%s", def_name);
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"%s\","
              "\"input\":{\"name\":\"kafka\"}}", def_name, ref);
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    uint8_t buf[512];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
     long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
     long long dead = it_sql_number("SELECT count(*) FROM strand.dead_letters");
     long long refused_before = it_sql_number(
         "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'"
         " AND reason LIKE '%definition%'");
-    CU_ASSERT_TRUE_FATAL(it_produce_ingress(buf, len));
+    const int start = STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START;
+    CU_ASSERT_TRUE_FATAL(it_produce_command(start, NULL, NULL, args));
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s'"
              " AND status = 'completed' AND output->>'message' = 'hello kafka'", ref);
@@ -153,10 +147,7 @@ static void test_kafka_ingress(void)
 
     /* Refused by the command (unknown definition): notice + dead letter, no instance. */
     const char *bad_args = "{\"definition\":\"no-such-definition\"}";
-    cmd.args.data = (uint8_t *)bad_args;
-    cmd.args.len = strlen(bad_args);
-    len = strand__v1__ingress_command__pack(&cmd, buf);
-    CU_ASSERT_TRUE(it_produce_ingress(buf, len));
+    CU_ASSERT_TRUE(it_produce_command(start, NULL, NULL, bad_args));
     /* Not a protobuf at all. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
     CU_ASSERT_TRUE(it_produce_ingress(junk, sizeof junk));
@@ -169,10 +160,7 @@ static void test_kafka_ingress(void)
     /* ...and the partition moves on: a good command after the bad ones still runs. */
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"%s-2\"}",
              def_name, ref);
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    len = strand__v1__ingress_command__pack(&cmd, buf);
-    CU_ASSERT_TRUE(it_produce_ingress(buf, len));
+    CU_ASSERT_TRUE(it_produce_command(start, NULL, NULL, args));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s-2'",
              ref);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);

@@ -163,23 +163,13 @@ static void test_start_services(void)
     fprintf(f, "{\"tokens\": [{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]}]}",
             T_ADMIN);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
     setenv("STRAND_HTTP_MAX_BODY", "4096", 1);
     setenv("STRAND_HTTP_MAX_HEADER_BYTES", "8192", 1);
     setenv("STRAND_HTTP_MAX_HEADERS", "50", 1);
     char ms[16];
     snprintf(ms, sizeof ms, "%d", HEAD_TIMEOUT_MS);
     setenv("STRAND_HTTP_HEADER_TIMEOUT_MS", ms, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = api(NULL, "GET", "/readyz", NULL, NULL, NULL, 0) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    CU_ASSERT_FATAL(ready);
-    unlink(path);
+    it_start_api_executor(path);
     /* A definition that waits in a task, for instance, task and history outputs. */
     snprintf(flow, sizeof flow, "edge_flow_%d", (int)getpid());
     char doc[512];

@@ -39,41 +39,6 @@ static int sasl_port;
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
-static char *start(const char *definition, const char *input)
-{
-    char body[512];
-    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":%s}", definition, input);
-    json_t *answer = NULL;
-    CU_ASSERT_EQUAL(it_http(IT_API, "POST", "/v1/instances", body, &answer), 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
-}
-
-/* The instance's open task id (caller frees) or NULL after `timeout_s`. */
-static char *wait_task(const char *instance_id, int timeout_s)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance_id);
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        json_t *answer = NULL;
-        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
-            const char *id = json_string_value(json_object_get(
-                json_array_get(json_object_get(answer, "items"), 0), "id"));
-            char *copy = id ? strdup(id) : NULL;
-            json_decref(answer);
-            if (copy)
-                return copy;
-        } else {
-            json_decref(answer);
-        }
-        usleep(50 * 1000);
-    }
-    return NULL;
-}
-
 /* One query's first value as text into `out` ("" on no row or error). */
 static void sql_text(const char *sql, char *out, size_t len)
 {
@@ -195,9 +160,9 @@ static void test_setup(void)
 
 static void test_forged_task_completion_refused(void)
 {
-    char *id = start(task_flow, "{}");
+    char *id = it_start_instance(NULL, task_flow, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char sql[512], token[120];
     snprintf(sql, sizeof sql, "SELECT waiting_token FROM strand.tasks WHERE id = '%s'", task);
@@ -259,9 +224,9 @@ static void test_forged_task_completion_refused(void)
 
 static void test_forged_terminate_refused(void)
 {
-    char *id = start(task_flow, "{}");
+    char *id = it_start_instance(NULL, task_flow, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     st_signal_t sig;
     st_signal_init(&sig, ST_SIGNAL_TERMINATE, id, -1);
@@ -392,7 +357,7 @@ static void test_sasl_broker_start(void)
 static void test_services_work_with_sasl(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
-    char *id = start(quick_flow, "{}");
+    char *id = it_start_instance(NULL, quick_flow, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     json_t *done = it_wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL(done);
@@ -410,13 +375,10 @@ static void test_app_principal(void)
     snprintf(ref, sizeof ref, "acl-%s", suffix);
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"input\":{},\"business_ref\":\"%s\"}",
              quick_flow, ref);
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
     uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
+    size_t len = it_pack_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, NULL, NULL, args, buf,
+                                 sizeof buf);
+    CU_ASSERT_FATAL(len > 0);
     snprintf(topic, sizeof topic, "%singress", it_topic_prefix());
     rd_kafka_resp_err_t err = produce_raw(brokers, "app", app_password, topic, ref, buf, len, &r);
     printf("\n  app -> %s: %s\n", topic, rd_kafka_err2name(err));
@@ -427,9 +389,9 @@ static void test_app_principal(void)
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
 
     /* ...but not signals: a forged TERMINATE is refused by the broker. */
-    char *victim = start(task_flow, "{}");
+    char *victim = it_start_instance(NULL, task_flow, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(victim);
-    char *task = wait_task(victim, 30);
+    char *task = it_wait_open_task(NULL, victim, 30);
     CU_ASSERT_PTR_NOT_NULL(task);
     st_signal_t sig;
     st_signal_init(&sig, ST_SIGNAL_TERMINATE, victim, -1);

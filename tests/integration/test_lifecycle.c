@@ -18,18 +18,6 @@
 
 static char name[64], ref[80], billing[64];
 
-static double metric(it_service_t svc, const char *series)
-{
-    char *text = NULL;
-    it_http_text(svc, "/metrics", &text);
-    char needle[200];
-    snprintf(needle, sizeof needle, "\n%s ", series);
-    const char *p = text ? strstr(text, needle) : NULL;
-    double v = p ? atof(p + strlen(needle)) : 0;
-    free(text);
-    return v;
-}
-
 static long trigger(const char *event, const char *request_id, json_t **answer)
 {
     char body[512];
@@ -124,10 +112,10 @@ static void test_lifecycle(void)
              " AND status = 'completed' AND output->>'state' = 'shipped'", id);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
     /* Notices, counted where they were raised. */
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"TransitionRejected\"}") >= 1);
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"NoOpAlreadyInState\"}") >= 1);
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_notices_total{code=\"TimeoutTriggered\"}") >= 3);
-    CU_ASSERT_TRUE(metric(IT_API, "strand_notices_total{code=\"DuplicateRequest\"}") >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_notices_total{code=\"TransitionRejected\"}", 0) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_notices_total{code=\"NoOpAlreadyInState\"}", 0) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_notices_total{code=\"TimeoutTriggered\"}", 0) >= 3);
+    CU_ASSERT_TRUE(it_metric(IT_API, "strand_notices_total{code=\"DuplicateRequest\"}", 0) >= 1);
     /* The timeline in the snapshot: pay, remind x3, ship. */
     char path[128];
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);

@@ -27,35 +27,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void import(const char *doc)
-{
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
-    if (status != 201) {
-        char *text = json_dumps(answer, JSON_COMPACT);
-        fprintf(stderr, "import answered %ld: %.300s\n", status, text ? text : "");
-        free(text);
-    }
-    CU_ASSERT_EQUAL(status, 201);
-    json_decref(answer);
-}
-
-/* Starts an instance; returns its id (caller frees) or NULL. */
-static char *start(const char *definition, const char *input)
-{
-    size_t cap = strlen(input) + 256;
-    char *body = malloc(cap);
-    snprintf(body, cap, "{\"definition\":\"%s\",\"input\":%s}", definition, input);
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    free(body);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = status == 201 && id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
-}
-
 static const char *error_message(const json_t *instance)
 {
     const char *m = json_string_value(json_object_get(json_object_get(instance, "error"), "message"));
@@ -99,28 +70,28 @@ static void test_setup(void)
         len += snprintf(doc + len, 65536 - len, "\"");
     }
     snprintf(doc + len, 65536 - len, "}}]}]}");
-    import(doc);
+    it_import(NULL, doc);
     /* x = [x, x, x, x, x, x, x, x]: eight times larger per step. */
     snprintf(doc, 65536, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"s\",\"type\":\"set\",\"values\":{\"x\":\"input.s\"}},"
              "{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"6\",\"body\":["
              "{\"id\":\"grow\",\"type\":\"set\",\"values\":{\"x\":\"[state.x, state.x, state.x, state.x,"
              " state.x, state.x, state.x, state.x]\"}}]}]}", grow_name);
-    import(doc);
+    it_import(NULL, doc);
     snprintf(doc, 65536, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"n\":\"input.n + 1\"}}]}", plain_name);
-    import(doc);
+    it_import(NULL, doc);
     /* A definition that starts itself, with no end. */
     snprintf(doc, 65536, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"again\",\"type\":\"subworkflow\",\"definition\":\"%s\",\"input\":{}}]}",
              rec_name, rec_name);
-    import(doc);
+    it_import(NULL, doc);
     free(doc);
     doc = long_flow(big_name, 951);
-    import(doc);
+    it_import(NULL, doc);
     free(doc);
     doc = long_flow(mid_name, 240);
-    import(doc);
+    it_import(NULL, doc);
     free(doc);
 }
 
@@ -129,8 +100,8 @@ static void test_setup(void)
 static void test_repeat_budget(void)
 {
     double t0 = now_s();
-    char *hot = start(hot_name, "{\"s\":\"abc\"}");
-    char *plain = start(plain_name, "{\"n\":41}");
+    char *hot = it_start_instance(NULL, hot_name, "{\"s\":\"abc\"}");
+    char *plain = it_start_instance(NULL, plain_name, "{\"n\":41}");
     json_t *p = plain ? it_wait_instance(plain, "completed", 60) : NULL;
     CU_ASSERT_PTR_NOT_NULL(p);
     printf("\n  another instance completed %.2f s after the hot start\n", now_s() - t0);
@@ -142,7 +113,7 @@ static void test_repeat_budget(void)
     CU_ASSERT_STRING_EQUAL(h ? error_code(h) : "", "budget_exceeded");
     json_decref(h);
     /* ...and the executor serves the next one as well. */
-    char *again = start(plain_name, "{\"n\":1}");
+    char *again = it_start_instance(NULL, plain_name, "{\"n\":1}");
     json_t *a = again ? it_wait_instance(again, "completed", 60) : NULL;
     CU_ASSERT_PTR_NOT_NULL(a);
     json_decref(a);
@@ -154,7 +125,7 @@ static void test_repeat_budget(void)
 /* The state multiplied by 8 per step fails with a code instead of growing to GBs. */
 static void test_state_growth(void)
 {
-    char *id = start(grow_name, "{\"s\":\"0123456789012345678901234567890123456789"
+    char *id = it_start_instance(NULL, grow_name, "{\"s\":\"0123456789012345678901234567890123456789"
                                 "012345678901234567890123456789012345678901234567890123456789\"}");
     json_t *inst = id ? it_wait_instance(id, "failed", 60) : NULL;
     CU_ASSERT_PTR_NOT_NULL(inst);
@@ -231,7 +202,7 @@ static void test_deep_input_refused(void)
 static void test_self_recursion_stops(void)
 {
     double t0 = now_s();
-    char *id = start(rec_name, "{}");
+    char *id = it_start_instance(NULL, rec_name, "{}");
     json_t *root = id ? it_wait_instance(id, "failed", 90) : NULL;
     CU_ASSERT_PTR_NOT_NULL(root);
     printf("\n  the root failed with %s after %.2f s\n", root ? error_code(root) : "(none)", now_s() - t0);

@@ -41,65 +41,11 @@ static const char *src_dir(void)
     return d != NULL ? d : ".";
 }
 
-/* First column of the first row as a string (caller frees), or NULL. */
-static char *sql_text(const char *sql)
-{
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    char *value = NULL;
-    if (PQstatus(conn) == CONNECTION_OK) {
-        PGresult *res = PQexec(conn, sql);
-        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0)
-            value = strdup(PQgetvalue(res, 0, 0));
-        PQclear(res);
-    }
-    PQfinish(conn);
-    return value;
-}
-
-/* The value of one exact series (`name{labels}`) in a /metrics text; -1 if absent. */
-static double series_value(const char *text, const char *series)
-{
-    char needle[300];
-    snprintf(needle, sizeof needle, "\n%s ", series);
-    const char *p = text ? strstr(text, needle) : NULL;
-    return p ? atof(p + strlen(needle)) : -1;
-}
-
-static double metric(it_service_t svc, const char *series)
-{
-    char *text = NULL;
-    it_http_text(svc, "/metrics", &text);
-    double v = series_value(text, series);
-    free(text);
-    return v;
-}
-
 /* Runs a shell command; returns its exit status (or -1). */
 static int run(const char *cmd)
 {
     int rc = system(cmd);
     return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static char *wait_task(const char *instance_id, int timeout_s)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance_id);
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        json_t *answer = NULL;
-        char *copy = NULL;
-        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
-            const char *id = json_string_value(json_object_get(
-                json_array_get(json_object_get(answer, "items"), 0), "id"));
-            copy = id ? strdup(id) : NULL;
-        }
-        json_decref(answer);
-        if (copy)
-            return copy;
-        usleep(50 * 1000);
-    }
-    return NULL;
 }
 
 static void test_workload(void)
@@ -122,7 +68,7 @@ static void test_workload(void)
     char id[40];
     snprintf(id, sizeof id, "%s", json_string_value(json_object_get(answer, "id")) ?: "");
     json_decref(answer);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"result\":{\"ok\":true}}", NULL), 200);
@@ -162,7 +108,7 @@ static void test_workload(void)
              " USING (ack_guid) JOIN strand.instances i ON i.id = w.instance_id"
              " WHERE i.definition_name = '%s' AND a.consumer = 'orders-app'",
              lc_name);
-    char *guid = sql_text(sql);
+    char *guid = it_sql_text(sql);
     CU_ASSERT_PTR_NOT_NULL_FATAL(guid);
     snprintf(body, sizeof body, "{\"ack_guid\":\"%s\",\"consumer\":\"orders-app\","
              "\"stage\":\"delivered\"}", guid);
@@ -175,29 +121,29 @@ static void test_workload(void)
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
 
     /* The metrics moved with the workload (counters live in the process that did it). */
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_signals_processed_total{outcome=\"applied\"}") >= 3);
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_wakeup_duration_seconds_count") >= 3);
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_pg_transactions_total{outcome=\"commit\"}") >= 3);
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, "strand_pg_transaction_duration_seconds_count") >= 3);
-    CU_ASSERT_TRUE(metric(IT_SCHEDULER, "strand_timers_fired_total") >= 1);
-    CU_ASSERT_TRUE(metric(IT_SCHEDULER, "strand_timer_lateness_seconds_count") >= 1);
-    CU_ASSERT_TRUE(metric(IT_MONITOR, "strand_ack_raises_total{stage=\"delivery\"}") >= 1);
-    CU_ASSERT_TRUE(metric(IT_MONITOR, "strand_ack_failures_total") >= 1);
-    CU_ASSERT_TRUE(metric(IT_MONITOR, "strand_dead_letters_total") >= 1);
-    CU_ASSERT_TRUE(metric(IT_API, "strand_http_requests_total{route=\"/v1/acks\",method=\"POST\","
-                                  "status=\"200\"}") >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_signals_processed_total{outcome=\"applied\"}", -1) >= 3);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_wakeup_duration_seconds_count", -1) >= 3);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_pg_transactions_total{outcome=\"commit\"}", -1) >= 3);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_pg_transaction_duration_seconds_count", -1) >= 3);
+    CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_timers_fired_total", -1) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_timer_lateness_seconds_count", -1) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_ack_raises_total{stage=\"delivery\"}", -1) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_ack_failures_total", -1) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_dead_letters_total", -1) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_API, "strand_http_requests_total{route=\"/v1/acks\",method=\"POST\","
+                                     "status=\"200\"}", -1) >= 1);
     /* Every service's relay claims from the one outbox table, so any of them may have
      * published the workload's rows. */
     double relayed = 0;
     for (int s = 0; s < IT_NSERVICES; s++)
-        relayed += metric((it_service_t)s, "strand_outbox_relay_lag_seconds_count");
+        relayed += it_metric((it_service_t)s, "strand_outbox_relay_lag_seconds_count", -1);
     CU_ASSERT_TRUE(relayed >= 1);
     /* Consumer lag: the executor's group on its signals topic, 0 once it caught up. */
     char series[300];
     snprintf(series, sizeof series,
              "strand_kafka_consumer_lag_messages{group=\"%sexecutor\",topic=\"%ssignals\"}",
              it_topic_prefix(), it_topic_prefix());
-    CU_ASSERT_TRUE(metric(IT_EXECUTOR, series) >= 0);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, series, -1) >= 0);
     /* The per-partition series appear with the lag thread's first round after the
      * assignment. */
     int partition_series = 0;
@@ -248,7 +194,7 @@ static void test_consumer_lag(void)
     double max_lag = -1, last = -1;
     time_t deadline = time(NULL) + 30;
     while (time(NULL) < deadline) {
-        last = metric(IT_EXECUTOR, series);
+        last = it_metric(IT_EXECUTOR, series, -1);
         if (last > max_lag)
             max_lag = last;
         if (max_lag > 0 && last == 0)

@@ -87,19 +87,6 @@ static const struct {
 
 static char def_a[64], def_b[64];
 
-static long req(const char *token, const char *method, const char *path, const char *body,
-                json_t **out)
-{
-    char *text = NULL;
-    long status = it_http_request(IT_API, token, method, path, body, &text, NULL, 0);
-    if (out != NULL) {
-        json_error_t jerr;
-        *out = text ? json_loads(text, JSON_DECODE_ANY, &jerr) : NULL;
-    }
-    free(text);
-    return status;
-}
-
 /* A 403 that names `perm` as the missing permission. */
 static int forbidden_for(long status, json_t *p, const char *perm)
 {
@@ -113,7 +100,7 @@ static void expect_answer(const char *token, const char *method, const char *pat
                           const char *body, const char *perm)
 {
     json_t *p = NULL;
-    long got = req(token, method, path, body, &p);
+    long got = it_req(IT_API, token, method, path, body, &p);
     int ok = perm ? forbidden_for(got, p, perm) : got >= 200 && got < 500 && got != 401 && got != 403;
     if (!ok)
         fprintf(stderr, "\n%s %s: got %ld (%s), want %s\n", method, path, got,
@@ -149,17 +136,7 @@ static void test_start_services(void)
                "{\"token\": \"%s\", \"principal\": \"scoped\", \"roles\": [\"scoped\"]}]}",
             T_ADMIN, T_NOTHING, T_SCOPED);
     fclose(f);
-    setenv("STRAND_AUTH_FILE", path, 1);
-    CU_ASSERT_FATAL(it_start(IT_API) > 0);
-    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
-    int ready = 0;
-    for (int i = 0; i < 600 && !ready; i++) {
-        ready = req(NULL, "GET", "/readyz", NULL, NULL) == 200;
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    unlink(path);
-    CU_ASSERT_FATAL(ready);
+    it_start_api_executor(path);
     /* Two definitions whose instances wait in a task. */
     const char *defs[] = {def_a, def_b};
     for (int i = 0; i < 2; i++) {
@@ -168,7 +145,7 @@ static void test_start_services(void)
                  "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
                  "{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"roles\":[\"approver\"]},"
                  "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", defs[i]);
-        CU_ASSERT_EQUAL_FATAL(req(T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
+        CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
     }
 }
 
@@ -239,7 +216,7 @@ static char *start_as(const char *token, const char *def, const char *ref)
     char body[300];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":\"%s\"}", def, ref);
     json_t *a = NULL;
-    long s = req(token, "POST", "/v1/instances", body, &a);
+    long s = it_req(IT_API, token, "POST", "/v1/instances", body, &a);
     const char *id = json_string_value(json_object_get(a, "id"));
     char *copy = s == 201 && id ? strdup(id) : NULL;
     json_decref(a);
@@ -254,7 +231,7 @@ static void task_of(const char *instance, char *out, size_t n)
     char path[200];
     snprintf(path, sizeof path, "/v1/tasks?instance_id=%s", instance);
     json_t *a = NULL;
-    req(T_ADMIN, "GET", path, NULL, &a);
+    it_req(IT_API, T_ADMIN, "GET", path, NULL, &a);
     snprintf(out, n, "%s",
              json_string_value(json_object_get(json_array_get(json_object_get(a, "items"), 0), "id")) ?: "");
     json_decref(a);
@@ -278,34 +255,34 @@ static void test_limited_grants(void)
     expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
     snprintf(path, sizeof path, "/v1/instances/%s", b);
     expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", "/v1/instances/" ZERO_ID, NULL, NULL), 404);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", "/v1/instances/" ZERO_ID, NULL, NULL), 404);
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", a);
     expect_answer(T_SCOPED, "POST", path, "{}", "instances:operate");
     /* lists: only with the definition filter */
     snprintf(path, sizeof path, "/v1/instances?definition=%s", def_a);
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v1/instances?definition=%s", def_b);
     expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
     expect_answer(T_SCOPED, "GET", "/v1/instances", NULL, "instances:read");
     /* definitions by path name */
     snprintf(path, sizeof path, "/v1/definitions/%s/1", def_a);
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v1/definitions/%s", def_b);
     expect_answer(T_SCOPED, "GET", path, NULL, "definitions:read");
     expect_answer(T_SCOPED, "GET", "/v1/definitions", NULL, "definitions:read");
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", "/v1/schema/definition", NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", "/v1/schema/definition", NULL, NULL), 200);
     /* a diagram's instance overlay needs instances:read for that definition too */
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", def_a, a);
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
     expect_answer(token_of(0), "GET", path, NULL, "instances:read");   /* definitions:read only */
     snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg", def_a);
-    CU_ASSERT_EQUAL(req(token_of(0), "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, token_of(0), "GET", path, NULL, NULL), 200);
     /* tasks by their instance's definition */
     char ta[40], tb[40];
     task_of(a, ta, sizeof ta);
     task_of(b, tb, sizeof tb);
     snprintf(path, sizeof path, "/v1/tasks/%s", ta);
-    CU_ASSERT_EQUAL(req(T_SCOPED, "GET", path, NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v1/tasks/%s", tb);
     expect_answer(T_SCOPED, "GET", path, NULL, "tasks:read");
     /* ACKs for one consumer */
@@ -315,24 +292,9 @@ static void test_limited_grants(void)
                   "{\"ack_guid\":\"" ZERO_ID "\",\"consumer\":\"shipping\",\"stage\":\"delivered\"}",
                   "acks:send");
     /* a bad body is still a 400, not a 403 */
-    CU_ASSERT_EQUAL(req(T_SCOPED, "POST", "/v1/instances", "{\"definition\":", NULL), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "POST", "/v1/instances", "{\"definition\":", NULL), 400);
     free(a);
     free(b);
-}
-
-static int produce(Strand__V1__CommandType type, const char *token, const char *target,
-                   const char *args)
-{
-    Strand__V1__IngressCommand cmd = STRAND__V1__INGRESS_COMMAND__INIT;
-    cmd.envelope_version = 1;
-    cmd.type = type;
-    cmd.token = (char *)token;
-    cmd.target_id = (char *)target;
-    cmd.args.data = (uint8_t *)args;
-    cmd.args.len = strlen(args);
-    uint8_t buf[1024];
-    size_t len = strand__v1__ingress_command__pack(&cmd, buf);
-    return it_produce_ingress(buf, len);
 }
 
 /* The ingress applies the same rules to the envelope's token. */
@@ -346,11 +308,11 @@ static void test_ingress(void)
     /* instances:read only (perms[2]) may not start; scoped may start A but not B */
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied\"}", def_a);
     /* (the definitions' names carry the pid: these refs are this run's only) */
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, token_of(2), "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, token_of(2), "", args));
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-denied-b\"}", def_b);
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
     snprintf(args, sizeof args, "{\"definition\":\"%s\",\"business_ref\":\"ingress-ok\"}", def_a);
-    CU_ASSERT_TRUE(produce(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_SCOPED, "", args));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = 'ingress-ok'"
              " AND definition_name = '%s'", def_a);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);

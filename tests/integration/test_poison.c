@@ -35,51 +35,17 @@
 static char flow[64];
 static rd_kafka_t *producer;
 
-static long req(it_service_t svc, const char *token, const char *method, const char *path,
-                const char *body, json_t **out)
-{
-    char *raw = NULL;
-    long status = it_http_request(svc, token, method, path, body, &raw, NULL, 0);
-    if (out != NULL)
-        *out = raw ? json_loads(raw, 0, NULL) : NULL;
-    free(raw);
-    return status;
-}
-
-/* The value of one series from a service's /metrics (-1 if absent). */
-static double metric(it_service_t svc, const char *series)
-{
-    char *text = NULL;
-    it_http_text(svc, "/metrics", &text);
-    char needle[400];
-    snprintf(needle, sizeof needle, "\n%s ", series);
-    const char *p = text ? strstr(text, needle) : NULL;
-    double v = p ? atof(p + strlen(needle)) : -1;
-    free(text);
-    return v;
-}
-
-/* Waits up to `timeout_s` for metric(svc, series) >= want; returns the last value. */
+/* Waits up to `timeout_s` for it_metric(svc, series, -1) >= want; returns the last value. */
 static double wait_metric(it_service_t svc, const char *series, double want, int timeout_s)
 {
     double v = -1;
     for (int i = 0; i < timeout_s * 5; i++) {
-        v = metric(svc, series);
+        v = it_metric(svc, series, -1);
         if (v >= want)
             break;
         usleep(200 * 1000);
     }
     return v;
-}
-
-static int wait_ready(it_service_t svc, long want, int timeout_s)
-{
-    for (int i = 0; i < timeout_s * 5; i++) {
-        if (it_http(svc, "GET", "/readyz", NULL, NULL) == want)
-            return 1;
-        usleep(200 * 1000);
-    }
-    return 0;
 }
 
 /* Produces straight to <prefix><suffix>, partition `partition`; `payload` NULL is a
@@ -168,7 +134,7 @@ static void test_start(void)
              "{\"id\":\"greet\",\"type\":\"set\",\"values\":{\"greeting\":\"'hello ' + input.name\"}},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"message\":\"state.greeting\"}}]}",
              flow);
-    CU_ASSERT_EQUAL_FATAL(req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
 
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char errstr[256];
@@ -187,18 +153,18 @@ static void test_out_of_range_http(void)
     char body[256];
     json_t *a = NULL;
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"version\":3000000000}", flow);
-    CU_ASSERT_EQUAL(req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &a), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &a), 400);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/version");
     json_decref(a);
-    CU_ASSERT_EQUAL(req(IT_API, T_ADMIN, "POST", "/v1/triggers",
-                        "{\"definition\":\"x\",\"version\":3000000000,\"external_ref\":\"r\","
-                        "\"event\":\"e\",\"request_id\":\"q\"}", &a), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/triggers",
+                           "{\"definition\":\"x\",\"version\":3000000000,\"external_ref\":\"r\","
+                           "\"event\":\"e\",\"request_id\":\"q\"}", &a), 400);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/version");
     json_decref(a);
-    CU_ASSERT_EQUAL(req(IT_API, T_ADMIN, "POST", "/v1/acks",
-                        "{\"ack_guid\":\"00000000-0000-4000-8000-000000000000\",\"consumer\":\"c\","
-                        "\"stage\":\"processed\",\"outcome\":\"failed\","
-                        "\"retry_at_ms\":9000000000000000000}", &a), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/acks",
+                           "{\"ack_guid\":\"00000000-0000-4000-8000-000000000000\",\"consumer\":\"c\","
+                           "\"stage\":\"processed\",\"outcome\":\"failed\","
+                           "\"retry_at_ms\":9000000000000000000}", &a), 400);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "field")) ?: "", "/retry_at_ms");
     json_decref(a);
 }
@@ -271,7 +237,7 @@ static void test_ingress_poison(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE"
              " '%%ingress' AND position(convert_to('%s', 'UTF8') in payload) > 0", flow);
     CU_ASSERT_EQUAL(it_sql_number(sql), PARTITIONS);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 200, 10), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 200, 10), 1);
 }
 
 static int produce_signal(int partition, int envelope_version, int type, const char *payload)
@@ -313,7 +279,7 @@ static void test_signals_poison(void)
     for (int i = 0; i < 8; i++) {
         snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":\"poison-sig-%d\","
                  "\"input\":{\"name\":\"s%d\"}}", flow, i, i);
-        CU_ASSERT_EQUAL(req(IT_API, T_ADMIN, "POST", "/v1/instances", body, NULL), 201);
+        CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, NULL), 201);
     }
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
              " AND business_ref LIKE 'poison-sig-%%' AND status = 'completed'", flow);
@@ -325,7 +291,7 @@ static void test_signals_poison(void)
                                    " WHERE source_topic LIKE '%signals'", want, 30);
     printf("    signals: %lld dead letters (want %lld)\n", got - letters, want - letters);
     CU_ASSERT_EQUAL(got, want);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 200, 10), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
 }
 
 /* A dead-letter write that fails: unready, strand_consumer_stuck and the partition's
@@ -355,30 +321,30 @@ static void test_dead_letter_write_fails(void)
     CU_ASSERT_EQUAL(stuck, 1);
     snprintf(series, sizeof series, "strand_consumer_dead_letter_failures_total{group=\"%s\"}",
              group);
-    CU_ASSERT(metric(IT_API, series) >= 1);
+    CU_ASSERT(it_metric(IT_API, series, -1) >= 1);
     snprintf(series, sizeof series,
              "strand_kafka_consumer_partition_lag_messages{group=\"%s\",topic=\"%singress\","
              "partition=\"1\"}", group, it_topic_prefix());
     double lag = wait_metric(IT_API, series, 4, 20);
     printf("    ingress: partition 1 lag while stuck %.0f\n", lag);
     CU_ASSERT(lag >= 4);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 503, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 503, 20), 1);
 
     snprintf(group, sizeof group, "%sexecutor", it_topic_prefix());
     snprintf(series, sizeof series, "strand_consumer_stuck{group=\"%s\"}", group);
     CU_ASSERT_EQUAL(wait_metric(IT_EXECUTOR, series, 1, 30), 1);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 503, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 503, 20), 1);
 
     CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_refuse ON strand.dead_letters;"
                             " DROP FUNCTION strand.poison_test_refuse(); SELECT 1") == 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
              " AND business_ref = 'poison-stuck' AND status = 'completed'", flow);
     CU_ASSERT_EQUAL(it_wait_number(sql, 3, 60), 3);
-    CU_ASSERT_EQUAL(wait_ready(IT_API, 200, 30), 1);
-    CU_ASSERT_EQUAL(wait_ready(IT_EXECUTOR, 200, 30), 1);
-    CU_ASSERT_EQUAL(metric(IT_EXECUTOR, series), 0);
+    CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 200, 30), 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 30), 1);
+    CU_ASSERT_EQUAL(it_metric(IT_EXECUTOR, series, -1), 0);
     snprintf(series, sizeof series, "strand_consumer_stuck{group=\"%singress\"}", it_topic_prefix());
-    CU_ASSERT_EQUAL(metric(IT_API, series), 0);
+    CU_ASSERT_EQUAL(it_metric(IT_API, series, -1), 0);
 }
 
 /* A command that answers 5xx on every delivery (here a trigger makes its insert fail)
@@ -422,9 +388,9 @@ static void test_dead_letter_access(void)
     CU_ASSERT_FATAL(id > 0);
     char path[128];
     snprintf(path, sizeof path, "/v1/dead-letters/%lld", id);
-    CU_ASSERT_EQUAL(req(IT_API, T_CAROL, "GET", path, NULL, NULL), 403);
-    CU_ASSERT_EQUAL(req(IT_API, T_CAROL, "GET", "/v1/dead-letters", NULL, NULL), 403);
-    CU_ASSERT_EQUAL(req(IT_API, T_OPS, "GET", "/v1/dead-letters", NULL, NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", path, NULL, NULL), 403);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_CAROL, "GET", "/v1/dead-letters", NULL, NULL), 403);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_OPS, "GET", "/v1/dead-letters", NULL, NULL), 200);
     char *raw = NULL;
     CU_ASSERT_EQUAL(it_http_request(IT_API, T_OPS, "GET", path, NULL, &raw, NULL, 0), 200);
     CU_ASSERT_PTR_NOT_NULL_FATAL(raw);

@@ -48,19 +48,6 @@ static char *read_file(const char *rel)
     return buf;
 }
 
-/* Runs SQL on the test database; returns 1 on success. */
-static int sql_run(const char *sql)
-{
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    PGresult *res = PQexec(conn, sql);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok)
-        fprintf(stderr, "sql failed: %s\n", PQerrorMessage(conn));
-    PQclear(res);
-    PQfinish(conn);
-    return ok;
-}
-
 /* The first column of the first row as text ("" when NULL, "<none>" without rows). */
 static char *sql_text(const char *sql)
 {
@@ -187,7 +174,7 @@ static void test_setup(void)
     CU_ASSERT_FATAL(it_start_all(90));
     char *schema = read_file("examples/signup/schema.sql");
     CU_ASSERT_PTR_NOT_NULL_FATAL(schema);
-    CU_ASSERT_FATAL(sql_run(schema));
+    CU_ASSERT_FATAL(it_sql_exec(schema));
     free(schema);
 
     worker_port = it_port(IT_API) + 30;
@@ -350,13 +337,13 @@ static void test_attribute_write_failure_is_atomic(void)
     json_decref(view);
     /* ...until the instance recovers: the operator lifts the cause (the CHECK, for new
      * rows only) and replays the dead letter, which applies and clears it. */
-    CU_ASSERT_FATAL(sql_run("ALTER TABLE app.users DROP CONSTRAINT users_source_check"));
+    CU_ASSERT_FATAL(it_sql_exec("ALTER TABLE app.users DROP CONSTRAINT users_source_check"));
     snprintf(sql, sizeof sql, "SELECT id FROM strand.dead_letters WHERE instance_id = '%s' ORDER BY id DESC LIMIT 1", id);
     snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", it_sql_number(sql));
     CU_ASSERT_EQUAL(post(path, "{}", NULL), 200);
     json_t *done = it_wait_instance(id, "completed", 30);
-    CU_ASSERT_FATAL(sql_run("ALTER TABLE app.users ADD CONSTRAINT users_source_check"
-                            " CHECK (source IN ('email_link', 'rpc', 'support')) NOT VALID"));
+    CU_ASSERT_FATAL(it_sql_exec("ALTER TABLE app.users ADD CONSTRAINT users_source_check"
+                                " CHECK (source IN ('email_link', 'rpc', 'support')) NOT VALID"));
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
     snprintf(path, sizeof path, "/v1/instances/%s/runtime", id);

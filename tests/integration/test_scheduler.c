@@ -32,10 +32,8 @@ static long long count(const char *fmt)
 
 static void schedule(long long base, int from, int to, int spread_ms, const char *prefix)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     for (int i = from; i < to; i++) {
         char id[37], token[96];
         st_uuid_new(id);
@@ -44,8 +42,7 @@ static void schedule(long long base, int from, int to, int spread_ms, const char
         long long due = base + (long long)(i - from) * spread_ms / (to - from > 0 ? to - from : 1);
         CU_ASSERT_EQUAL(st_timer_schedule_tx(conn, id, token, "timer", due, NULL, &eb), ST_OK);
     }
-    PQclear(PQexec(conn, "COMMIT"));
-    PQfinish(conn);
+    it_pg_commit(conn);
 }
 
 static void test_timers_fire_once_through_kills_and_replicas(void)

@@ -24,26 +24,12 @@
 
 static char kid[80], parent[80], parent_onfail[80], race[80], early[80], kcall[80], reuse[80];
 
-/* One API request with a bearer token; *out gets the JSON body (caller decrefs). */
-static long req(const char *token, const char *method, const char *path, const char *body,
-                json_t **out)
-{
-    char *raw = NULL;
-    long status = it_http_request(IT_API, token, method, path, body, &raw, NULL, 0);
-    if (out != NULL) {
-        json_error_t jerr;
-        *out = raw ? json_loads(raw, 0, &jerr) : NULL;
-    }
-    free(raw);
-    return status;
-}
-
 /* Asserts a problem answer with `status` and `code`. */
 static void expect_problem(const char *token, const char *path, const char *body, long status,
                            const char *code)
 {
     json_t *p = NULL;
-    long got = req(token, "POST", path, body, &p);
+    long got = it_req(IT_API, token, "POST", path, body, &p);
     const char *got_code = json_string_value(json_object_get(p, "code"));
     if (got != status || got_code == NULL || strcmp(got_code, code) != 0)
         fprintf(stderr, "\nPOST %s: got %ld %s, want %ld %s\n", path, got,
@@ -53,41 +39,13 @@ static void expect_problem(const char *token, const char *path, const char *body
     json_decref(p);
 }
 
-/* First column of the first row of `sql`, or NULL (caller frees). */
-static char *sql_text(const char *sql)
-{
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    char *out = NULL;
-    if (PQstatus(conn) == CONNECTION_OK) {
-        PGresult *res = PQexec(conn, sql);
-        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-            out = strdup(PQgetvalue(res, 0, 0));
-        PQclear(res);
-    }
-    PQfinish(conn);
-    return out;
-}
-
-/* Polls until `sql` answers a value; returns it (caller frees) or NULL at the timeout. */
-static char *wait_text(const char *sql, int timeout_s)
-{
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        char *v = sql_text(sql);
-        if (v != NULL)
-            return v;
-        usleep(50 * 1000);
-    }
-    return NULL;
-}
-
 /* Waits for the instance's open task named `name`; returns its id (caller frees). */
 static char *wait_task(const char *instance_id, const char *name, int timeout_s)
 {
     char sql[400];
     snprintf(sql, sizeof sql, "SELECT id FROM strand.tasks WHERE instance_id = '%s' AND name = '%s'"
              " AND status = 'open'", instance_id, name);
-    return wait_text(sql, timeout_s);
+    return it_wait_text(sql, timeout_s);
 }
 
 /* Waits until the instance has ended; returns the instance (caller decrefs) or NULL. */
@@ -98,7 +56,7 @@ static json_t *wait_ended(const char *id, int timeout_s)
     time_t deadline = time(NULL) + timeout_s;
     while (time(NULL) < deadline) {
         json_t *inst = NULL;
-        if (req(T_ADMIN, "GET", path, NULL, &inst) == 200) {
+        if (it_req(IT_API, T_ADMIN, "GET", path, NULL, &inst) == 200) {
             const char *s = json_string_value(json_object_get(inst, "status"));
             if (s && (strcmp(s, "completed") == 0 || strcmp(s, "failed") == 0 ||
                       strcmp(s, "cancelled") == 0 || strcmp(s, "terminated") == 0))
@@ -127,32 +85,6 @@ static void expect_ended(const char *id, const char *status, const char *code)
     json_decref(inst);
 }
 
-static char *start(const char *definition)
-{
-    char body[256];
-    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{}}", definition);
-    json_t *answer = NULL;
-    long status = req(T_ADMIN, "POST", "/v1/instances", body, &answer);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
-}
-
-static void import(const char *doc)
-{
-    json_t *answer = NULL;
-    long status = req(T_ADMIN, "POST", "/v1/definitions", doc, &answer);
-    if (status != 201) {
-        char *text = json_dumps(answer, JSON_COMPACT);
-        fprintf(stderr, "import answered %ld: %s\n", status, text ? text : "");
-        free(text);
-    }
-    CU_ASSERT_EQUAL(status, 201);
-    json_decref(answer);
-}
-
 /* The task's status and its last task event's kind, "status/kind". Caller frees. */
 static char *task_state(const char *task)
 {
@@ -160,7 +92,7 @@ static char *task_state(const char *task)
     snprintf(sql, sizeof sql, "SELECT t.status || '/' || (SELECT kind FROM strand.task_events e"
              " WHERE e.task_id = t.id ORDER BY e.id DESC LIMIT 1) FROM strand.tasks t"
              " WHERE t.id = '%s'", task);
-    return sql_text(sql);
+    return it_sql_text(sql);
 }
 
 /* Polls until the task is cancelled (with its task event) and asserts it. */
@@ -193,7 +125,7 @@ static char *wait_child(const char *parent_id)
 {
     char sql[300];
     snprintf(sql, sizeof sql, "SELECT id FROM strand.instances WHERE parent_instance_id = '%s'", parent_id);
-    return wait_text(sql, 30);
+    return it_wait_text(sql, 30);
 }
 
 /* ---- the cases ---------------------------------------------------------------------- */
@@ -218,19 +150,19 @@ static void test_setup(void)
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"approve\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"approver\"]},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", kid);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", parent, kid);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\",\"on_failure\":["
              "  {\"id\":\"note\",\"type\":\"set\",\"values\":{\"why\":\"state.k.code\"}}]},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"why\":\"state.why\"}}]}",
              parent_onfail, kid);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"par\",\"type\":\"parallel\",\"join\":\"any\",\"branches\":["
@@ -239,7 +171,7 @@ static void test_setup(void)
              "{\"id\":\"hold\",\"type\":\"wait_signal\",\"name\":\"go\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"a\":\"state.a\",\"b\":\"state.b\"}}]}",
              race);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"par\",\"type\":\"parallel\",\"join\":\"all\",\"branches\":["
@@ -247,26 +179,26 @@ static void test_setup(void)
              "  [{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"finish\"},"
              "   {\"id\":\"end\",\"type\":\"complete\",\"output\":{\"early\":true}}]]}]}",
              early);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"quote\",\"type\":\"call\",\"transport\":\"kafka\",\"consumers\":[\"pricing\"],"
              " \"request\":{\"sku\":\"'A-1'\"},\"result\":\"price\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", kcall);
-    import(doc);
+    it_import(T_ADMIN, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"process\",\"name\":\"%s\",\"version\":1,"
              "\"id_reuse_policy\":\"allow_terminate_if_running\",\"start\":[\"s\"],\"states\":["
              "{\"id\":\"s\",\"execute\":{\"transport\":\"kafka\",\"consumers\":[\"pricing\"],"
              "\"request\":{\"x\":1}}}]}", reuse);
-    import(doc);
+    it_import(T_ADMIN, doc);
 }
 
 /* A parent's CANCEL (or TERMINATE) reaches its waiting child and the child's task, and
  * the child, ended by its parent, does not wake the parent back. */
 static void end_parent_with_child(const char *action, const char *status)
 {
-    char *p = start(parent);
+    char *p = it_start_instance(T_ADMIN, parent, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     char *child = wait_child(p);
     CU_ASSERT_PTR_NOT_NULL_FATAL(child);
@@ -274,7 +206,7 @@ static void end_parent_with_child(const char *action, const char *status)
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char path[160];
     snprintf(path, sizeof path, "/v1/instances/%s/%s", p, action);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"reason\":\"tree test\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"reason\":\"tree test\"}", NULL), 202);
     expect_ended(p, status, status);
     expect_ended(child, status, status);
     expect_task_cancelled(task);
@@ -308,14 +240,14 @@ static void test_child_ended_wakes_parent(void)
 {
     char path[160];
     /* cancelled child, parent without on_failure: the parent fails with child_cancelled */
-    char *p = start(parent);
+    char *p = it_start_instance(T_ADMIN, parent, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     char *child = wait_child(p);
     CU_ASSERT_PTR_NOT_NULL_FATAL(child);
     char *task = wait_task(child, "Approve", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", child);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{}", NULL), 202);
     expect_ended(child, "cancelled", "cancelled");
     expect_ended(p, "failed", "child_cancelled");
     expect_task_cancelled(task);
@@ -324,19 +256,19 @@ static void test_child_ended_wakes_parent(void)
     free(p);
 
     /* terminated child, parent with on_failure: it runs and sees child_terminated */
-    p = start(parent_onfail);
+    p = it_start_instance(T_ADMIN, parent_onfail, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     child = wait_child(p);
     CU_ASSERT_PTR_NOT_NULL_FATAL(child);
     task = wait_task(child, "Approve", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     snprintf(path, sizeof path, "/v1/instances/%s/terminate", child);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{}", NULL), 202);
     expect_ended(child, "terminated", "terminated");
     expect_ended(p, "completed", NULL);
     snprintf(path, sizeof path, "/v1/instances/%s", p);
     json_t *inst = NULL;
-    CU_ASSERT_EQUAL(req(T_ADMIN, "GET", path, NULL, &inst), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, &inst), 200);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(inst, "output"), "why")) ?: "",
                            "child_terminated");
     json_decref(inst);
@@ -350,14 +282,14 @@ static void test_child_ended_wakes_parent(void)
  * goes on; completing it answers 409 and changes nothing. */
 static void test_join_any_loser_task_cancelled(void)
 {
-    char *id = start(race);
+    char *id = it_start_instance(T_ADMIN, race, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     char *a = wait_task(id, "A", 30), *b = wait_task(id, "B", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(a);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     char path[160], sql[300];
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", a);
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{\"result\":{\"won\":true}}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{\"result\":{\"won\":true}}", NULL), 200);
     /* the instance now waits for the signal "go" */
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.runtime_states WHERE instance_id = '%s'"
              " AND waiting_kind = 'signal'", id);
@@ -367,21 +299,17 @@ static void test_join_any_loser_task_cancelled(void)
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     /* A task left open by an older release whose wait is gone (the instance now waits
      * for "go"): completing it answers 409 too, and nothing changes. */
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
     snprintf(sql, sizeof sql, "INSERT INTO strand.tasks (id, instance_id, name, status, roles, waiting_token)"
              " VALUES ('00000000-0000-4000-8000-%.12s', '%s', 'Legacy', 'open', '{approver}', '%s/999')",
              id + 24, id, id);
-    PGresult *res = PQexec(conn, sql);
-    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
-    PQclear(res);
-    PQfinish(conn);
+    CU_ASSERT_TRUE(it_sql_exec(sql));
     snprintf(path, sizeof path, "/v1/tasks/00000000-0000-4000-8000-%.12s/complete", id + 24);
     expect_problem(T_ALICE, path, "{\"result\":{}}", 409, "task_cancelled");
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '00000000-0000-4000-8000-%.12s'"
              " AND status = 'open'", id + 24);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"name\":\"go\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"name\":\"go\"}", NULL), 202);
     expect_ended(id, "completed", NULL);
     free(a);
     free(b);
@@ -391,13 +319,13 @@ static void test_join_any_loser_task_cancelled(void)
 /* An instance that completes while one of its tasks is still open cancels the task. */
 static void test_completed_instance_cancels_open_task(void)
 {
-    char *id = start(early);
+    char *id = it_start_instance(T_ADMIN, early, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     char *task = wait_task(id, "A", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char path[160];
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"name\":\"finish\"}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"name\":\"finish\"}", NULL), 202);
     expect_ended(id, "completed", NULL);
     expect_task_cancelled(task);
     free(task);
@@ -407,25 +335,25 @@ static void test_completed_instance_cancels_open_task(void)
 /* A task assigned to alice: bob (same role) cannot take it; the admin can. */
 static void test_assigned_task_only_admin_takes(void)
 {
-    char *id = start(kid);
+    char *id = it_start_instance(T_ADMIN, kid, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     char *task = wait_task(id, "Approve", 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char path[160], sql[300];
     snprintf(path, sizeof path, "/v1/tasks/%s/assign", task);
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{}", NULL), 200);
     expect_problem(T_BOB, path, "{}", 403, "forbidden");
     expect_problem(T_BOB, path, "{\"assignee\":\"bob\"}", 403, "forbidden");
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'alice'", task);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     /* alice may take it again (hers already); the admin takes it for bob */
-    CU_ASSERT_EQUAL(req(T_ALICE, "POST", path, "{}", NULL), 200);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{\"assignee\":\"bob\"}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ALICE, "POST", path, "{}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"assignee\":\"bob\"}", NULL), 200);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'bob'", task);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
     expect_problem(T_ALICE, path, "{\"result\":{}}", 403, "forbidden");
-    CU_ASSERT_EQUAL(req(T_BOB, "POST", path, "{\"result\":{}}", NULL), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_BOB, "POST", path, "{\"result\":{}}", NULL), 200);
     expect_ended(id, "completed", NULL);
     free(task);
     free(id);
@@ -435,18 +363,18 @@ static void test_assigned_task_only_admin_takes(void)
  * ACK is cancelled (no more re-raises), and a late ACK is a harmless duplicate. */
 static void test_cancel_stops_kafka_call(void)
 {
-    char *id = start(kcall);
+    char *id = it_start_instance(T_ADMIN, kcall, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     char sql[400], path[160], body[300];
     snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'"
              " AND kind = 'call'", id);
-    char *guid = wait_text(sql, 30);
+    char *guid = it_wait_text(sql, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(guid);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s' AND due_at IS NOT NULL",
              guid);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", path, "{}", NULL), 202);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{}", NULL), 202);
     expect_ended(id, "cancelled", "cancelled");
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.acks WHERE ack_guid = '%s'"
              " AND stage = 'cancelled' AND due_at IS NULL", guid);
@@ -454,7 +382,7 @@ static void test_cancel_stops_kafka_call(void)
     snprintf(body, sizeof body, "{\"ack_guid\":\"%s\",\"consumer\":\"pricing\",\"stage\":\"processed\","
              "\"result\":{\"amount\":1}}", guid);
     json_t *a = NULL;
-    CU_ASSERT_EQUAL(req(T_ADMIN, "POST", "/v1/acks", body, &a), 200);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/acks", body, &a), 200);
     CU_ASSERT_TRUE(json_is_true(json_object_get(a, "duplicate")));
     json_decref(a);
     free(guid);
@@ -468,14 +396,14 @@ static void test_id_reuse_terminate_reaches_calls(void)
     char body[300], sql[400];
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":\"r1\",\"input\":{}}", reuse);
     json_t *answer = NULL;
-    CU_ASSERT_EQUAL_FATAL(req(T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
     char *first = strdup(json_string_value(json_object_get(answer, "id")) ?: "");
     json_decref(answer);
     snprintf(sql, sizeof sql, "SELECT ack_guid FROM strand.work_events WHERE instance_id = '%s'"
              " AND kind = 'call'", first);
-    char *guid = wait_text(sql, 30);
+    char *guid = it_wait_text(sql, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(guid);
-    CU_ASSERT_EQUAL_FATAL(req(T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &answer), 201);
     const char *second = json_string_value(json_object_get(answer, "id"));
     CU_ASSERT_STRING_NOT_EQUAL(second ? second : first, first);
     json_decref(answer);
@@ -493,7 +421,7 @@ static void test_id_reuse_terminate_reaches_calls(void)
 static void test_cancel_races_child_completion(void)
 {
     for (int round = 0; round < 3; round++) {
-        char *p = start(parent);
+        char *p = it_start_instance(T_ADMIN, parent, NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(p);
         char *child = wait_child(p);
         CU_ASSERT_PTR_NOT_NULL_FATAL(child);
@@ -503,9 +431,9 @@ static void test_cancel_races_child_completion(void)
         snprintf(complete, sizeof complete, "/v1/tasks/%s/complete", task);
         snprintf(cancel, sizeof cancel, "/v1/instances/%s/cancel", p);
         /* alternate which request goes first */
-        long a = req(round % 2 ? T_ADMIN : T_ALICE, "POST", round % 2 ? cancel : complete,
+        long a = it_req(IT_API, round % 2 ? T_ADMIN : T_ALICE, "POST", round % 2 ? cancel : complete,
                      round % 2 ? "{}" : "{\"result\":{}}", NULL);
-        long b = req(round % 2 ? T_ALICE : T_ADMIN, "POST", round % 2 ? complete : cancel,
+        long b = it_req(IT_API, round % 2 ? T_ALICE : T_ADMIN, "POST", round % 2 ? complete : cancel,
                      round % 2 ? "{\"result\":{}}" : "{}", NULL);
         printf("\n  round %d: first %ld, second %ld", round, a, b);
         json_t *pi = wait_ended(p, 60), *ci = wait_ended(child, 60);

@@ -51,15 +51,12 @@ static double now_s(void)
 
 static void schedule_one(const char *token, long long due_ms)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     char id[37];
     st_uuid_new(id);
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     CU_ASSERT_EQUAL(st_timer_schedule_tx(conn, id, token, "timer", due_ms, NULL, &eb), ST_OK);
-    PQclear(PQexec(conn, "COMMIT"));
-    PQfinish(conn);
+    it_pg_commit(conn);
 }
 
 static void test_timers_in_the_query_window_fire_on_time(void)
@@ -135,15 +132,9 @@ static void import_definitions(void)
 /* Starts an instance (no wait); returns its id (caller frees) or NULL. */
 static char *start(const char *def, const char *delay)
 {
-    char body[256];
-    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"delay\":\"%s\"}}", def, delay);
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
+    char input[128];
+    snprintf(input, sizeof input, "{\"delay\":\"%s\"}", delay);
+    return it_start_instance(NULL, def, input);
 }
 
 /* Seconds from the moment the instance ended (its wake-up's transaction) to `t`. */

@@ -22,55 +22,6 @@
 static char suffix[48];
 static char parent_name[80], child_name[80], retry_name[80], signal_name[80];
 
-/* Waits for the instance's open task; returns its id (caller frees) or NULL. */
-static char *wait_task(const char *instance_id, int timeout_s)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/v1/tasks?instance_id=%s&status=open", instance_id);
-    time_t deadline = time(NULL) + timeout_s;
-    while (time(NULL) < deadline) {
-        json_t *answer = NULL;
-        if (it_http(IT_API, "GET", path, NULL, &answer) == 200) {
-            const char *id = json_string_value(json_object_get(
-                json_array_get(json_object_get(answer, "items"), 0), "id"));
-            char *copy = id ? strdup(id) : NULL;
-            json_decref(answer);
-            if (copy)
-                return copy;
-        } else {
-            json_decref(answer);
-        }
-        usleep(50 * 1000);
-    }
-    return NULL;
-}
-
-static char *start(const char *definition, const char *input)
-{
-    char body[512];
-    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":%s}", definition, input);
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/instances", body, &answer);
-    CU_ASSERT_EQUAL(status, 201);
-    const char *id = json_string_value(json_object_get(answer, "id"));
-    char *copy = id ? strdup(id) : NULL;
-    json_decref(answer);
-    return copy;
-}
-
-static void import(const char *doc)
-{
-    json_t *answer = NULL;
-    long status = it_http(IT_API, "POST", "/v1/definitions", doc, &answer);
-    if (status != 201) {
-        char *text = json_dumps(answer, JSON_COMPACT);
-        fprintf(stderr, "import answered %ld: %s\n", status, text);
-        free(text);
-    }
-    CU_ASSERT_EQUAL(status, 201);
-    json_decref(answer);
-}
-
 static void test_setup(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
@@ -80,7 +31,7 @@ static void test_setup(void)
              "{\"id\":\"double\",\"type\":\"set\",\"values\":{\"twice\":\"input.n * 2\"}},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"twice\":\"state.twice\"}}]}",
              child_name);
-    import(doc);
+    it_import(NULL, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"check\",\"type\":\"call\",\"transport\":\"http\",\"request\":{"
@@ -99,7 +50,7 @@ static void test_setup(void)
              "  \"carrier\":\"state.shipment.carrier\",\"twice\":\"state.child.twice\","
              "  \"marked\":\"state.marked\"}}]}",
              parent_name, it_port(IT_API), child_name);
-    import(doc);
+    it_import(NULL, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"flaky\",\"type\":\"call\",\"transport\":\"http\",\"timeout\":500,"
@@ -109,25 +60,25 @@ static void test_setup(void)
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"gave_up\":\"state.gave_up\","
              "  \"attempts\":\"state.flaky.attempts\"}}]}",
              retry_name);
-    import(doc);
+    it_import(NULL, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"by\":\"state.go.by\"}}]}",
              signal_name);
-    import(doc);
+    it_import(NULL, doc);
 }
 
 static void test_full_flow(void)
 {
-    char *id = start(parent_name, "{\"amount\":21}");
+    char *id = it_start_instance(NULL, parent_name, "{\"amount\":21}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     /* The signal arrives before the instance waits for it: it must be kept. */
     char path[160], sql[300];
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path,
                             "{\"name\":\"shipped\",\"payload\":{\"carrier\":\"DHL\"}}", NULL), 202);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.signal_buffer WHERE instance_id = '%s'", id);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
@@ -165,7 +116,7 @@ static void test_full_flow(void)
 
 static void test_call_retries_then_failure_path(void)
 {
-    char *id = start(retry_name, "{}");
+    char *id = it_start_instance(NULL, retry_name, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     json_t *done = it_wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
@@ -188,9 +139,9 @@ static void test_call_retries_then_failure_path(void)
 
 static void test_cancel_waiting_instance(void)
 {
-    char *id = start(parent_name, "{\"amount\":5}");
+    char *id = it_start_instance(NULL, parent_name, "{\"amount\":5}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char path[160];
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
@@ -215,7 +166,7 @@ static void test_cancel_waiting_instance(void)
 static void test_retry_after_end_is_a_duplicate(void)
 {
     char path[160];
-    char *id = start(signal_name, "{}");
+    char *id = it_start_instance(NULL, signal_name, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
     const char *body = "{\"name\":\"go\",\"payload\":{\"by\":\"first\"},\"request_id\":\"go-1\"}";
@@ -232,7 +183,7 @@ static void test_retry_after_end_is_a_duplicate(void)
     free(id);
 
     /* the same for a cancel that ended the instance */
-    id = start(signal_name, "{}");
+    id = it_start_instance(NULL, signal_name, "{}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
     CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"request_id\":\"stop-1\"}", NULL), 202);
@@ -250,20 +201,17 @@ static void test_retry_after_end_is_a_duplicate(void)
 /* Enqueues a signal through the outbox, as any Strand writer would. */
 static void inject(st_signal_t *sig)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
     st_errbuf_t eb;
-    PQclear(PQexec(conn, "BEGIN"));
+    PGconn *conn = it_pg_begin();
     CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, sig, &eb), ST_OK);
-    PQclear(PQexec(conn, "COMMIT"));
-    PQfinish(conn);
+    it_pg_commit(conn);
 }
 
 static void test_stale_signals_change_nothing(void)
 {
-    char *id = start(parent_name, "{\"amount\":1}");
+    char *id = it_start_instance(NULL, parent_name, "{\"amount\":1}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char sql[2048];
     snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
@@ -336,9 +284,9 @@ static void test_long_poll_woken_by_hint(void)
         CU_FAIL("the test stack must provide STRAND_REDIS_URL");
         return;
     }
-    char *id = start(parent_name, "{\"amount\":3}");
+    char *id = it_start_instance(NULL, parent_name, "{\"amount\":3}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    char *task = wait_task(id, 30);
+    char *task = it_wait_open_task(NULL, id, 30);
     CU_ASSERT_PTR_NOT_NULL_FATAL(task);
     char path[256];
     json_t *answer = NULL;
@@ -391,7 +339,7 @@ static void test_start_and_wait(void)
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"input.i + 1\"}},"
              "{\"id\":\"c\",\"type\":\"complete\",\"output\":{\"x\":\"state.x\"}}]}", name);
-    import(doc);
+    it_import(NULL, doc);
     for (int i = 0; i < 5; i++) {
         snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":{\"i\":%d}}", name, i);
         json_t *answer = NULL;

@@ -5,60 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_engine_test.h"
 #include "st_test.h"
 #include "strand/engine.h"
 
 #define ID "22222222-2222-4222-8222-222222222222"
 #define NOW 1795400000000LL
 
-static st_defn_t *compile(const char *steps)
-{
-    size_t cap = strlen(steps) + 128;
-    char *text = malloc(cap);
-    snprintf(text, cap, "{\"kind\":\"flow\",\"name\":\"t\",\"version\":1,\"steps\":%s}", steps);
-    json_error_t jerr;
-    json_t *doc = json_loads(text, 0, &jerr);
-    free(text);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
-    st_defn_t *defn = NULL;
-    json_t *problems = NULL;
-    if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
-        char *p = json_dumps(problems, 0);
-        fprintf(stderr, "\ncompile failed: %s\n", p);
-        free(p);
-    }
-    json_decref(problems);
-    json_decref(doc);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(defn);
-    return defn;
-}
-
-/* Runs `event` (taken); returns the status or -err and replaces *snap with the new
- * snapshot after a round trip through text (as the executor stores it). */
+/* Runs `event` (taken) as st_et_run; returns the status or -err. */
 static int run(const st_defn_t *defn, json_t **snap, json_t *event, json_t **effects)
 {
-    st_run_result_t r;
-    st_errbuf_t eb;
-    st_err_t err = st_interp_run(defn, *snap, event, ID, NOW, &r, &eb);
-    json_decref(event);
-    if (err != ST_OK)
-        return -(int)err;
-    char *text = json_dumps(r.snapshot, JSON_COMPACT);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-    json_error_t jerr;
-    json_t *reloaded = json_loads(text, 0, &jerr);
-    CU_ASSERT_PTR_NOT_NULL(reloaded);   /* what is stored can always be read back */
-    CU_ASSERT_TRUE(strlen(text) <= (size_t)st_engine_limits()->max_state_bytes);
-    free(text);
-    json_decref(*snap);
-    *snap = reloaded;
-    if (effects) {
-        json_decref(*effects);
-        *effects = json_incref(r.effects);
-    }
-    int status = (int)r.status;
-    st_run_result_close(&r);
-    return status;
+    return st_et_run(defn, snap, event, ID, NOW, effects);
 }
 
 static json_t *start(const char *input_text)
@@ -110,7 +67,7 @@ static void test_repeat_spends_the_work_budget(void)
         strcat(steps, "\"");
     }
     strcat(steps, "}}]}]");
-    st_defn_t *d = compile(steps);
+    st_defn_t *d = st_et_compile_steps(steps);
     free(steps);
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start("{\"s\":\"abc\"}"), NULL), ST_RUN_FAILED);
@@ -130,8 +87,8 @@ static void test_step_budget(void)
     lim.max_steps = 50;
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
-    st_defn_t *d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "budget_exceeded");
@@ -156,8 +113,8 @@ static void test_wall_time_budget(void)
     lim.clock_ms = fake_clock;
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
-    st_defn_t *d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"1000\",\"body\":["
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "budget_exceeded");
@@ -171,7 +128,7 @@ static void test_wall_time_budget(void)
  * five steps). The value limit stops it at once, and the instance fails with a code. */
 static void test_state_growth_by_copies(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"x\":\"input.s\"}},"
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"x\":\"input.s\"}},"
         "{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"30\",\"body\":["
         "{\"id\":\"grow\",\"type\":\"set\",\"values\":{\"x\":\"[state.x, state.x, state.x, state.x,"
         " state.x, state.x, state.x, state.x]\"}}]}]");
@@ -184,8 +141,8 @@ static void test_state_growth_by_copies(void)
     st_defn_free(d);
     /* Under the value limit but over the state limit: the set step fails with
      * state_too_large (each key copies a value that fits on its own). */
-    d = compile("[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"a\":\"input.big\",\"b\":\"input.big\","
-                "\"c\":\"input.big\",\"d\":\"input.big\",\"e\":\"input.big\"}}]");
+    d = st_et_compile_steps("[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"a\":\"input.big\",\"b\":\"input.big\","
+                            "\"c\":\"input.big\",\"d\":\"input.big\",\"e\":\"input.big\"}}]");
     char *big = malloc(900001);
     memset(big, 'q', 900000);
     big[900000] = '\0';
@@ -207,9 +164,9 @@ static void test_snapshot_size_limit(void)
     lim.max_state_bytes = 4096;
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_engine_set_limits(&lim, &eb), ST_OK);
-    st_defn_t *d = compile("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"a\":\"input.s + input.s\"}},"
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"b\":\"input.s + input.s\"}},"
-                           "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"a\":\"input.s + input.s\"}},"
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"b\":\"input.s + input.s\"}},"
+                                       "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"}]");
     char s[1100];
     memset(s, 's', 1000);
     s[1000] = '\0';
@@ -236,8 +193,8 @@ static void test_data_depth(void)
     json_t *ok = nested(60);
     CU_ASSERT_EQUAL(st_engine_data_check(ok, &eb), ST_OK);
     json_decref(ok);
-    st_defn_t *d = compile("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"got\"},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"got\":\"state.got\"}}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"got\"},"
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"got\":\"state.got\"}}]");
     /* START input */
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:{s:O}}", "type", "START", "input", "x", deep), NULL),
@@ -257,8 +214,8 @@ static void test_data_depth(void)
     st_defn_free(d);
     json_decref(deep);
     /* a task result at the limit, inside the event's envelope {result: ...}, is taken */
-    d = compile("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"r\"},"
-                "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"r\":\"len(state.r)\"}}]");
+    d = st_et_compile_steps("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"r\"},"
+                            "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"r\":\"len(state.r)\"}}]");
     snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_WAITING);
     const char *token = json_string_value(json_object_get(json_object_get(snap, "waiting"), "token"));
@@ -268,8 +225,8 @@ static void test_data_depth(void)
     json_decref(snap);
     st_defn_free(d);
     /* built one level per step */
-    d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"200\",\"body\":["
-                "{\"id\":\"wrap\",\"type\":\"set\",\"values\":{\"x\":\"[state.x]\"}}]}]");
+    d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"200\",\"body\":["
+                            "{\"id\":\"wrap\",\"type\":\"set\",\"values\":{\"x\":\"[state.x]\"}}]}]");
     snap = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, start(NULL), NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(error_code(snap), "data_too_deep");
@@ -283,7 +240,7 @@ static void test_data_depth(void)
  * subworkflow step fails with subworkflow_depth_exceeded and starts nothing. */
 static void test_subworkflow_depth(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"me\",\"type\":\"subworkflow\",\"definition\":\"t\",\"input\":{}}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"me\",\"type\":\"subworkflow\",\"definition\":\"t\",\"input\":{}}]");
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s, s:{}, s:{s:i}}", "type", "START", "input",
                                             "payload", "depth", 3), &effects), ST_RUN_WAITING);
@@ -313,10 +270,10 @@ static void test_subworkflow_depth(void)
  * fed in the same wake-up) draw on the same steps. */
 static void test_budget_shared_by_a_wakeup(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"1\"}},"
-                           "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"},"
-                           "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"y\":\"2\"}},"
-                           "{\"id\":\"done\",\"type\":\"complete\"}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"1\"}},"
+                                       "{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\"},"
+                                       "{\"id\":\"b\",\"type\":\"set\",\"values\":{\"y\":\"2\"}},"
+                                       "{\"id\":\"done\",\"type\":\"complete\"}]");
     st_run_budget_t budget = {.steps_left = 3, .work_left = 1000000, .deadline_ms = 0};
     st_run_result_t r1, r2;
     st_errbuf_t eb;

@@ -4,58 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_engine_test.h"
 #include "st_test.h"
 #include "strand/engine.h"
 
 #define ID "11111111-1111-4111-8111-111111111111"
 #define NOW 1795400000000LL
 
-static st_defn_t *compile(const char *steps)
-{
-    char text[8192];
-    snprintf(text, sizeof text, "{\"kind\":\"flow\",\"name\":\"t\",\"version\":1,\"steps\":%s}", steps);
-    json_error_t jerr;
-    json_t *doc = json_loads(text, 0, &jerr);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
-    st_defn_t *defn = NULL;
-    json_t *problems = NULL;
-    if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
-        char *p = json_dumps(problems, 0);
-        fprintf(stderr, "\ncompile failed: %s\n", p);
-        free(p);
-    }
-    json_decref(problems);
-    json_decref(doc);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(defn);
-    return defn;
-}
-
 /* Runs one event; returns the status (or -err for an error) and replaces *snap. */
 static int step(const st_defn_t *defn, json_t **snap, const char *event_text, json_t **effects)
 {
-    json_error_t jerr;
-    json_t *event = json_loads(event_text, 0, &jerr);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(event);
-    st_run_result_t r;
-    st_errbuf_t eb;
-    st_err_t err = st_interp_run(defn, *snap, event, ID, NOW, &r, &eb);
-    json_decref(event);
-    if (err != ST_OK)
-        return -(int)err;
-    /* Round trip through text, as the executor stores it: must resume identically. */
-    char *text = json_dumps(r.snapshot, JSON_COMPACT);
-    json_t *reloaded = json_loads(text, 0, &jerr);
-    free(text);
-    CU_ASSERT_TRUE(json_equal(reloaded, r.snapshot));
-    json_decref(*snap);
-    *snap = reloaded;
-    if (effects) {
-        json_decref(*effects);
-        *effects = json_incref(r.effects);
-    }
-    int status = (int)r.status;
-    st_run_result_close(&r);
-    return status;
+    return st_et_run(defn, snap, st_et_load(event_text), ID, NOW, effects);
 }
 
 static const char *wait_token(const json_t *snap)
@@ -65,7 +24,7 @@ static const char *wait_token(const json_t *snap)
 
 static void test_set_if_switch_loops_complete(void)
 {
-    st_defn_t *d = compile("["
+    st_defn_t *d = st_et_compile_steps("["
         "{\"id\":\"s\",\"type\":\"set\",\"values\":{\"n\":\"input.n\",\"sum\":\"0\"}},"
         "{\"id\":\"i\",\"type\":\"if\",\"condition\":\"state.n > 2\",\"then\":[{\"id\":\"big\",\"type\":\"set\",\"values\":{\"size\":\"'big'\"}}],"
         " \"else\":[{\"id\":\"small\",\"type\":\"set\",\"values\":{\"size\":\"'small'\"}}]},"
@@ -91,15 +50,15 @@ static void test_set_if_switch_loops_complete(void)
 
 static void test_loop_bound_and_expression_failure(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"w\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":5,"
-                           "\"body\":[{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":5,"
+                                       "\"body\":[{\"id\":\"b\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}]}]");
     json_t *snap = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), ST_RUN_FAILED);
     CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(json_object_get(snap, "error"), "message")),
                                   "max_iterations"));
     json_decref(snap);
     st_defn_free(d);
-    d = compile("[{\"id\":\"bad\",\"type\":\"set\",\"values\":{\"x\":\"1 / input.zero\"}}]");
+    d = st_et_compile_steps("[{\"id\":\"bad\",\"type\":\"set\",\"values\":{\"x\":\"1 / input.zero\"}}]");
     snap = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"zero\":0}}", NULL), ST_RUN_FAILED);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "error"), "step")),
@@ -110,9 +69,9 @@ static void test_loop_bound_and_expression_failure(void)
 
 static void test_task_and_stale_tokens(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"a\"],"
-                           "\"payload\":{\"amount\":\"input.amount\"},\"deadline\":\"'1h'\",\"result\":\"approval\"},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.ok\"}}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"t\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"a\"],"
+                                       "\"payload\":{\"amount\":\"input.amount\"},\"deadline\":\"'1h'\",\"result\":\"approval\"},"
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":\"state.approval.ok\"}}]");
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\",\"input\":{\"amount\":7}}", &effects), ST_RUN_WAITING);
     json_t *open = json_array_get(effects, 0);
@@ -144,9 +103,9 @@ static void test_task_and_stale_tokens(void)
 
 static void test_signal_timeout_and_conflict(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"sig\",\"timeout\":1000,"
-                           "\"on_timeout\":[{\"id\":\"late\",\"type\":\"set\",\"values\":{\"late\":\"true\"}}]},"
-                           "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"v\":\"state.sig.v\",\"late\":\"state.late\"}}]");
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"w\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"sig\",\"timeout\":1000,"
+                                       "\"on_timeout\":[{\"id\":\"late\",\"type\":\"set\",\"values\":{\"late\":\"true\"}}]},"
+                                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"v\":\"state.sig.v\",\"late\":\"state.late\"}}]");
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
     json_t *timer = json_array_get(effects, 0);
@@ -177,7 +136,7 @@ static void test_signal_timeout_and_conflict(void)
 
 static void test_timer_call_retry_and_child(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"p\",\"type\":\"timer\",\"delay\":\"'2s'\"},"
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"p\",\"type\":\"timer\",\"delay\":\"'2s'\"},"
         "{\"id\":\"c\",\"type\":\"call\",\"transport\":\"http\",\"request\":{\"url\":\"'http://w'\",\"body\":{\"n\":\"1\"}},"
         " \"retry\":{\"max_attempts\":2,\"backoff_ms\":100,\"multiplier\":3},\"result\":\"res\"},"
         "{\"id\":\"sub\",\"type\":\"subworkflow\",\"definition\":\"child\",\"input\":{\"x\":\"state.res.v\"},\"result\":\"child\"},"
@@ -225,7 +184,7 @@ static void test_parallel_join_all_and_any(void)
         "[{\"id\":\"a\",\"type\":\"task\",\"name\":\"A\"}],"
         "[{\"id\":\"b\",\"type\":\"wait_signal\",\"name\":\"b\"}]]},"
         "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"a\":\"state.a\",\"b\":\"state.b\"}}]";
-    st_defn_t *d = compile(all);
+    st_defn_t *d = st_et_compile_steps(all);
     json_t *snap = NULL, *effects = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
     CU_ASSERT_EQUAL(json_array_size(effects), 1);   /* the task; the signal wait has no effect */
@@ -243,7 +202,7 @@ static void test_parallel_join_all_and_any(void)
     char *at = strstr(any, "\"branches\"");
     memmove(at + 14, at, strlen(at) + 1);
     memcpy(at, "\"join\":\"any\", ", 14);
-    d = compile(any);
+    d = st_et_compile_steps(any);
     snap = NULL;
     CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", &effects), ST_RUN_WAITING);
     snprintf(token, sizeof token, "%s", json_string_value(json_object_get(json_array_get(effects, 0), "token")));
@@ -262,7 +221,7 @@ static void test_parallel_join_all_and_any(void)
  * its own fails the wait with code child_cancelled, into on_failure when there is one. */
 static void test_abandoned_branches_and_ended_children(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"par\",\"type\":\"parallel\",\"join\":\"any\",\"branches\":["
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"par\",\"type\":\"parallel\",\"join\":\"any\",\"branches\":["
         "[{\"id\":\"a\",\"type\":\"task\",\"name\":\"A\"}],"
         "[{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"kid\"}],"
         "[{\"id\":\"b\",\"type\":\"wait_signal\",\"name\":\"b\"}]]},"
@@ -311,7 +270,7 @@ static void test_abandoned_branches_and_ended_children(void)
  * stale/conflict, and a refused event never changes the snapshot. */
 static void test_random_events_never_corrupt(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"loop\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":1000,\"body\":["
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"loop\",\"type\":\"while\",\"condition\":\"true\",\"max_iterations\":1000,\"body\":["
         "{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\",\"result\":\"t\"},"
         "{\"id\":\"s\",\"type\":\"wait_signal\",\"name\":\"s\",\"result\":\"s\"},"
         "{\"id\":\"z\",\"type\":\"timer\",\"delay\":10}]}]");
@@ -353,7 +312,7 @@ static void test_random_events_never_corrupt(void)
  * used to end in the attempt number, so a worker keyed by it acted twice). */
 static void test_call_in_loop_gets_a_key_per_visit(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"2\",\"body\":["
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"r\",\"type\":\"repeat\",\"times\":\"2\",\"body\":["
         "{\"id\":\"c\",\"type\":\"call\",\"transport\":\"http\",\"request\":{},"
         " \"retry\":{\"max_attempts\":2,\"backoff_ms\":10}}]}]");
     json_t *snap = NULL, *effects = NULL;
@@ -383,7 +342,7 @@ static void test_call_in_loop_gets_a_key_per_visit(void)
  * fires first, the attempt fails (retry, then on_failure), and a late result is stale. */
 static void test_kafka_call_timeout_is_a_timer(void)
 {
-    st_defn_t *d = compile("[{\"id\":\"k\",\"type\":\"call\",\"transport\":\"kafka\","
+    st_defn_t *d = st_et_compile_steps("[{\"id\":\"k\",\"type\":\"call\",\"transport\":\"kafka\","
         " \"consumers\":[\"billing\"],\"request\":{},\"timeout\":1500,"
         " \"retry\":{\"max_attempts\":2,\"backoff_ms\":10},"
         " \"on_failure\":[{\"id\":\"n\",\"type\":\"set\",\"values\":{\"gave_up\":true}}]},"

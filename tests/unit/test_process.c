@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_engine_test.h"
 #include "st_test.h"
 #include "strand/engine.h"
 
@@ -39,53 +40,10 @@ static const char *SIGNUP =
     " \"fired\":\"state.fired\",\"verified\":\"state.verified\",\"email\":\"input.email\"}},\"next\":[\"verify\",\"welcome\"]},"
     "{\"id\":\"welcome\",\"complete\":{\"email\":\"input.email\",\"verified\":true}}]}";
 
-static json_t *load(const char *text)
-{
-    json_error_t jerr;
-    json_t *doc = json_loads(text, 0, &jerr);
-    if (doc == NULL)
-        fprintf(stderr, "\nbad test JSON: %s\n", jerr.text);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
-    return doc;
-}
-
-static st_defn_t *compile(const char *text)
-{
-    json_t *doc = load(text);
-    st_defn_t *defn = NULL;
-    json_t *problems = NULL;
-    if (st_defn_compile(doc, &defn, &problems) != ST_OK) {
-        char *p = json_dumps(problems, 0);
-        fprintf(stderr, "\ncompile failed: %s\n", p);
-        free(p);
-    }
-    json_decref(problems);
-    json_decref(doc);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(defn);
-    return defn;
-}
-
 /* Runs one event; returns the status or -err; replaces *snap and *effects. */
 static int run(const st_defn_t *defn, json_t **snap, json_t *event, json_t **effects)
 {
-    st_run_result_t r;
-    st_errbuf_t eb;
-    st_err_t err = st_interp_run(defn, *snap, event, ID, NOW, &r, &eb);
-    json_decref(event);
-    if (err != ST_OK)
-        return -(int)err;
-    char *text = json_dumps(r.snapshot, JSON_COMPACT);
-    json_error_t jerr;
-    json_t *reloaded = json_loads(text, 0, &jerr);
-    free(text);
-    CU_ASSERT_TRUE(json_equal(reloaded, r.snapshot));
-    json_decref(*snap);
-    *snap = reloaded;
-    json_decref(*effects);
-    *effects = json_incref(r.effects);
-    int status = (int)r.status;
-    st_run_result_close(&r);
-    return status;
+    return st_et_run(defn, snap, event, ID, NOW, effects);
 }
 
 /* The first effect of `type` (borrowed from effects), or NULL. */
@@ -119,7 +77,7 @@ static char *token_of(json_t *effect)
 
 static void test_signup_verified_by_queue(void)
 {
-    st_defn_t *d = compile(SIGNUP);
+    st_defn_t *d = st_et_compile_doc(SIGNUP);
     CU_ASSERT_STRING_EQUAL(st_defn_kind(d), "process");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(st_defn_canonical(d), "id_reuse_policy")),
                            "allow_if_no_running");
@@ -178,7 +136,7 @@ static void test_signup_verified_by_queue(void)
 
 static void test_state_reentered_by_timer_gets_new_keys(void)
 {
-    st_defn_t *d = compile(SIGNUP);
+    st_defn_t *d = st_et_compile_doc(SIGNUP);
     json_t *snap = NULL, *fx = NULL;
     run(d, &snap, json_pack("{s:s, s:{s:s}}", "type", "START", "input", "email", "x@y"), &fx);
     char *t = token_of(effect_of(fx, "make_call", 0));
@@ -234,7 +192,7 @@ static const char *FANOUT =
 
 static void test_parallel_next_states_and_dead_ends(void)
 {
-    st_defn_t *d = compile(FANOUT);
+    st_defn_t *d = st_et_compile_doc(FANOUT);
     json_t *snap = NULL, *fx = NULL;
     CU_ASSERT_EQUAL(run(d, &snap, json_pack("{s:s}", "type", "START"), &fx), ST_RUN_WAITING);
     CU_ASSERT_PTR_NULL(effect_of(fx, "set_timer", 0));   /* no process timeout declared */
@@ -261,7 +219,7 @@ static void test_parallel_next_states_and_dead_ends(void)
 
 static void test_fail_decision_and_process_timeout(void)
 {
-    st_defn_t *d = compile(SIGNUP);
+    st_defn_t *d = st_et_compile_doc(SIGNUP);
     json_t *snap = NULL, *fx = NULL;
     run(d, &snap, json_pack("{s:s, s:{s:s}}", "type", "START", "input", "email", "x@y"), &fx);
     json_t *saved = json_deep_copy(snap);
@@ -297,7 +255,7 @@ static void test_fail_decision_and_process_timeout(void)
 
 static void test_canonical_recompiles_identically(void)
 {
-    st_defn_t *d = compile(SIGNUP);
+    st_defn_t *d = st_et_compile_doc(SIGNUP);
     st_defn_t *again = NULL;
     json_t *problems = NULL;
     CU_ASSERT_EQUAL(st_defn_compile(st_defn_canonical(d), &again, &problems), ST_OK);
@@ -346,7 +304,7 @@ static void check_snapshot(const json_t *snap)
 static void test_random_event_sequences(void)
 {
     static const char *const choices[] = {"verify", "welcome", "submit", NULL};
-    st_defn_t *defs[2] = {compile(SIGNUP), compile(FANOUT)};
+    st_defn_t *defs[2] = {st_et_compile_doc(SIGNUP), st_et_compile_doc(FANOUT)};
     srand(7);
     int completed = 0, failed = 0;
     for (int n = 0; n < 300; n++) {
@@ -420,7 +378,7 @@ static void test_random_event_sequences(void)
 
 static void test_waits_for_sees_every_thread(void)
 {
-    st_defn_t *d = compile(
+    st_defn_t *d = st_et_compile_doc(
         "{\"kind\":\"process\",\"name\":\"two\",\"version\":1,\"queues\":[\"x\",\"y\"],\"start\":[\"a\",\"b\"],"
         "\"states\":[{\"id\":\"a\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"x\"}]}},"
         "{\"id\":\"b\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"y\"}]}}]}");
@@ -460,7 +418,7 @@ static int has_problem(const json_t *problems, const char *pointer, const char *
 
 static json_t *problems_of(const char *text)
 {
-    json_t *doc = load(text);
+    json_t *doc = st_et_load(text);
     st_defn_t *defn = NULL;
     json_t *problems = NULL;
     CU_ASSERT_EQUAL(st_defn_compile(doc, &defn, &problems), ST_ERR_INVALID);
@@ -482,7 +440,7 @@ static const char *PROTOCOL =
 
 static void test_worker_protocol_request_and_globals(void)
 {
-    st_defn_t *d = compile(PROTOCOL);
+    st_defn_t *d = st_et_compile_doc(PROTOCOL);
     const json_t *g = json_object_get(st_defn_canonical(d), "globals");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(g, "table")), "app.users");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(g, "key")), "id");
@@ -563,7 +521,7 @@ static json_t *dyn_to_wait(st_defn_t *d, json_t **snap, json_t **fx, json_t *ans
 
 static void test_wait_until_chosen_by_worker(void)
 {
-    st_defn_t *d = compile(DYNWAIT);
+    st_defn_t *d = st_et_compile_doc(DYNWAIT);
     json_t *snap = NULL, *fx = NULL;
     /* any_of of a 5 s timer and queue go: the queue wins; stop was not chosen */
     dyn_to_wait(d, &snap, &fx, json_pack("{s:s, s:i, s:[s]}", "combine", "any_of", "timer_ms", 5000, "queues", "go"));
