@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "permissions.h"
+#include "strand/kafka.h"
 #include "strand/notice.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
@@ -165,6 +166,18 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
         size_t prefix_len = strlen(api->svc->cfg.topic_prefix);
         if (strncmp(topic, api->svc->cfg.topic_prefix, prefix_len) == 0)
             topic += prefix_len;
+        if (strcmp(topic, ST_TOPIC_INGRESS) == 0 && st_auth_enabled(api->auth)) {
+            /* An ingress letter keeps the command without its bearer token: replayed, it
+             * would only be refused (401) into a new letter. Say so instead. */
+            st_pg_rollback(conn);
+            free(letter.payload);
+            st_http_reply_problem(req, 409, "replay_needs_token",
+                                  "an ingress command is kept without its bearer token, so "
+                                  "with authentication on it cannot be replayed: send the "
+                                  "command again with a token, then discard this letter",
+                                  NULL, NULL);
+            return;
+        }
         err = st_outbox_add_tx(conn, topic, letter.key[0] ? letter.key : NULL, letter.payload,
                                letter.len, &eb);
     }

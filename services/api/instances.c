@@ -62,7 +62,8 @@ static const char *const sql_instance_list =
 static const char *const sql_reuse_lock =
     "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 9))";
 static const char *const sql_reuse_previous =
-    "SELECT id, status FROM strand.instances WHERE definition_name = $1 AND business_ref = $2"
+    "SELECT id, status, parent_instance_id, parent_waiting_token FROM strand.instances"
+    " WHERE definition_name = $1 AND business_ref = $2"
     " ORDER BY created_at DESC, id DESC LIMIT 1000";
 static const char *const sql_reuse_terminate =
     "UPDATE strand.instances SET status = 'terminated', updated_at = now(), ended_at = now(),"
@@ -132,6 +133,14 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         /* ...and its end reaches what it owns: tasks, pending calls, children */
         if (err == ST_OK)
             err = st_tree_end_tx(conn, PQgetvalue(res, i, 0), "terminated", eb);
+        /* ...and a parent waiting for it learns it ended, as for any terminate */
+        if (err == ST_OK && !PQgetisnull(res, i, 2) && !PQgetisnull(res, i, 3)) {
+            json_t *error = json_pack("{s:s, s:s}", "code", "terminated", "reason",
+                                      "id_reuse_policy: a new run started");
+            err = st_tree_notify_parent_tx(conn, PQgetvalue(res, i, 0), PQgetvalue(res, i, 2),
+                                           PQgetvalue(res, i, 3), "terminated", NULL, error, eb);
+            json_decref(error);
+        }
     }
     PQclear(res);
     return err;

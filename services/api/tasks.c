@@ -205,7 +205,7 @@ static void task_action(PGconn *conn, const st_principal_t *who, const char *id,
     json_t *roles = json_loads(PQgetvalue(res, 0, 4), 0, &jerr);
     int may = st_principal_has_any_role(who, roles);
     json_decref(roles);
-    int admin = st_principal_has_role(who, "admin");
+    int admin = st_principal_holds(who, ST_PERM_ADMIN) == ST_HOLDS_ALL;
     const char *holder = PQgetisnull(res, 0, 1) ? NULL : PQgetvalue(res, 0, 1);
     const char *target = assignee ? json_string_value(assignee) : who->name;
     if (!may || (!admin && action == TASK_ASSIGN && strcmp(target, who->name) != 0) ||

@@ -125,7 +125,9 @@ static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st
     if (err == ST_OK)
         err = st_dead_letter_add_tx(w->conn, &src, reason, attempts, w->ex->svc->cfg.node_id,
                                     msg->payload, msg->len, &eb);
-    if (err == ST_OK && sig != NULL)
+    /* A refused signal (verify.h) came from outside Strand: it does not get to write the
+     * instance's last_error, which would let a forger overwrite any instance's. */
+    if (err == ST_OK && sig != NULL && cause != ST_ERR_FORBIDDEN)
         err = st_wakeup_failed_tx(w->conn, sig, cause, reason, attempts, 1, &eb);
     if (err == ST_OK && sig != NULL && cause == ST_ERR_FORBIDDEN)   /* verify.h: a refusal */
         err = st_notice_add_tx(w->conn, "SignalRefused", sig->instance_id, sig->signal_id,

@@ -830,6 +830,17 @@ static void test_ingress_authorisation(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND assignee = 'alice'", task);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
     CU_ASSERT_TRUE(it_metric(IT_API, "strand_ingress_commands_total{outcome=\"accepted\"}", 0) >= accepted + 1);
+    /* a refused ingress command is kept without its token: with authentication on, a
+     * replay could only be refused again, so it is answered 409 and the letter stays open */
+    snprintf(sql, sizeof sql, "SELECT id FROM strand.dead_letters WHERE source_topic LIKE '%%ingress'"
+             " AND instance_id = '%s' AND reason LIKE '%%instances:terminate%%'", instance);
+    long long letter = it_sql_number(sql);
+    CU_ASSERT_FATAL(letter > 0);
+    snprintf(path, sizeof path, "/v1/dead-letters/%lld/replay", letter);
+    expect_problem(T_ADMIN, "POST", path, "{}", 409, "replay_needs_token", NULL);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE id = %lld AND status = 'open'",
+             letter);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
 }
 
 /* Runs strandctl with `args` (token from `token`, NULL for none); returns its exit

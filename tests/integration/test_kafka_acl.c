@@ -245,6 +245,10 @@ static void test_forged_terminate_refused(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE id = '%s' AND status = 'open'",
              task);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* a forger does not get to write the instance's last_error either */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.runtime_states WHERE instance_id = '%s'"
+             " AND last_error IS NULL AND last_error_code IS NULL", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     st_signal_close(&sig);
 
     /* Through the API (an admin: authentication is off) it ends the instance. */

@@ -13,6 +13,7 @@
  */
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,20 @@ static void test_signup_reminder_then_link(void)
     free(id);
 }
 
+/* True when `value` is an RFC 3339 timestamp in UTC as the API writes them
+ * (2026-11-24T02:09:19.379597Z). */
+static int is_rfc3339_utc(const json_t *value)
+{
+    regex_t re;
+    if (!json_is_string(value) ||
+        regcomp(&re, "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$",
+                REG_EXTENDED | REG_NOSUB) != 0)
+        return 0;
+    int ok = regexec(&re, json_string_value(value), 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
 /* The worker's decision sets source = 'hacker', which the table's CHECK refuses: the
  * wake-up rolls back whole (decision, snapshot, outbox) and ends as a dead letter. */
 static void test_attribute_write_failure_is_atomic(void)
@@ -334,6 +349,7 @@ static void test_attribute_write_failure_is_atomic(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(last_error, "message")) ?: "", "app.users"));
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(last_error, "attempts")), 2);
     CU_ASSERT_TRUE(json_integer_value(json_object_get(last_error, "dead_letter_id")) > 0);
+    CU_ASSERT_TRUE(is_rfc3339_utc(json_object_get(last_error, "at")));
     json_decref(view);
     /* ...until the instance recovers: the operator lifts the cause (the CHECK, for new
      * rows only) and replays the dead letter, which applies and clears it. */
@@ -379,6 +395,7 @@ static void test_failed_instance_shows_last_error(void)
     free(text);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(view, "last_error_code")) ?: "", "instance_failed");
     CU_ASSERT_PTR_NOT_NULL(json_object_get(json_object_get(view, "last_error"), "error"));
+    CU_ASSERT_TRUE(is_rfc3339_utc(json_object_get(json_object_get(view, "last_error"), "at")));
     json_decref(view);
     free(id);
 }
