@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "st_test.h"
@@ -24,6 +25,7 @@
 #include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/recovery.h"
 #include "strand/util.h"
 
 #define SMALL_ROWS 40
@@ -129,6 +131,73 @@ static void test_oversized_row_set_aside(void)
     rd_kafka_destroy(consumer);
 }
 
+/* The recovery sweep publishes again a signal that was published, never applied, and
+ * whose instance still waits, unless it was dead-lettered. It recognised a dead letter
+ * only by instance and payload; a payload over 512 KiB is stored empty and the
+ * executor's oversize path wrote no instance, so such a signal went out up to 8 more
+ * times (9 dead letters for one problem). Now the signal id decides, and a row the
+ * relay set aside is never swept. */
+static void test_sweep_skips_dead_lettered_signals(void)
+{
+    setenv("STRAND_RECOVERY_GRACE_S", "1", 1);
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "test", 18998, &eb), ST_OK);
+    char instance[37], dead[37], set_aside[37], lost[37], sql[1024];
+    st_uuid_new(instance);
+    st_uuid_new(dead);
+    st_uuid_new(set_aside);
+    st_uuid_new(lost);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(
+        "INSERT INTO strand.definitions (name, version, kind, source, canonical)"
+        " VALUES ('test_relay_sweep', 1, 'workflow', '{}', '{}') ON CONFLICT DO NOTHING"));
+    snprintf(sql, sizeof sql, "INSERT INTO strand.instances (id, definition_name,"
+             " definition_version, status) VALUES ('%s', 'test_relay_sweep', 1, 'waiting')",
+             instance);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
+    /* Three signals for it, published 10 s ago, never applied: one dead-lettered by the
+     * executor as oversized (payload not kept, no instance), one set aside by the relay,
+     * one lost (the control: the sweep must publish it again). */
+    snprintf(sql, sizeof sql,
+             "INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id,"
+             " published_at, failed_at) VALUES"
+             " ('signals', '%s', '\\x01', '%s', '%s', now() - interval '10 s', NULL),"
+             " ('signals', '%s', '\\x02', '%s', '%s', now() - interval '10 s', now()),"
+             " ('signals', '%s', '\\x03', '%s', '%s', now() - interval '10 s', NULL)",
+             instance, dead, instance, instance, set_aside, instance, instance, lost, instance);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
+    snprintf(sql, sizeof sql,
+             "INSERT INTO strand.dead_letters (source_topic, source_partition, source_offset,"
+             " instance_id, reason, attempts, node_id, payload, signal_id) VALUES"
+             " ('x.signals', 0, 1, NULL, 'too large (payload of 4000000 bytes not kept)', 1,"
+             " 'test', '', '%s')", dead);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
+    PGconn *conn = NULL;
+    CU_ASSERT_EQUAL_FATAL(st_pg_connect(cfg.pg_dsn, "test_relay", &conn, &eb), ST_OK);
+    st_recovery_t *rec = st_recovery_new(&cfg);
+    sleep(2);   /* every row older than the grace */
+    for (int i = 0; i < 3; i++)
+        st_recovery_sweep(rec, conn);
+    st_recovery_free(rec);
+    PQfinish(conn);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE signal_id = '%s'"
+             " AND recoveries > 0", lost);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);   /* the sweep ran */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE signal_id IN"
+             " ('%s', '%s') AND (recoveries > 0 OR published_at IS NULL)", dead, set_aside);
+    long long swept = it_sql_number(sql);
+    printf("\n  dead-lettered or set-aside signals published again: %lld (want 0)\n", swept);
+    CU_ASSERT_EQUAL(swept, 0);
+    /* Tidy: the lost row was marked for publication, and no relay runs here: an
+     * unpublished row would hold up later sweeps (they stop at the first one). */
+    snprintf(sql, sizeof sql, "UPDATE strand.instances SET status = 'cancelled' WHERE id = '%s'",
+             instance);
+    it_sql_exec(sql);
+    snprintf(sql, sizeof sql, "UPDATE strand.outbox SET published_at = now(), recoveries = 0"
+             " WHERE instance_id = '%s'", instance);
+    it_sql_exec(sql);
+    unsetenv("STRAND_RECOVERY_GRACE_S");
+}
+
 int main(void)
 {
     if (!it_init("test_relay"))
@@ -136,6 +205,8 @@ int main(void)
     static const it_case_t cases[] = {
         {"an outbox row Kafka refuses for good is set aside, the rest flows on",
          test_oversized_row_set_aside},
+        {"the recovery sweep skips dead-lettered signal ids and set-aside rows",
+         test_sweep_skips_dead_lettered_signals},
     };
     return it_run_suite("relay", cases, (int)(sizeof cases / sizeof cases[0]));
 }
