@@ -65,7 +65,7 @@ static st_err_t reject(st_ingress_t *ing, const rd_kafka_message_t *msg, const c
     if (target == NULL)   /* a refusal that names its instance (a trigger after the final state) */
         target = json_string_value(json_object_get(problem, "instance_id"));
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset,
-                                   target};
+                                   target, NULL};
     st_err_t err = st_pg_begin(ing->conn, eb);
     if (err == ST_OK)
         err = st_notice_add_tx(ing->conn, "IngressRejected", target, NULL, reason, problem, eb);

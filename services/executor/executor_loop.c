@@ -115,12 +115,13 @@ static int ensure_pg(worker_t *w)
  * transaction. Returns ST_OK once recorded; a failure marks the worker stuck (unready,
  * strand_consumer_stuck) until one succeeds. */
 static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st_signal_t *sig,
-                            st_err_t cause, const char *instance_id, const char *reason,
-                            int attempts)
+                            st_err_t cause, const char *instance_id, const char *signal_id,
+                            const char *reason, int attempts)
 {
     st_errbuf_t eb;
     st_dead_letter_source_t src = {rd_kafka_topic_name(msg->rkt), msg->partition,
-                                   msg->offset, instance_id};
+                                   msg->offset, instance_id,
+                                   sig != NULL ? sig->signal_id : signal_id};
     st_err_t err = st_pg_begin(w->conn, &eb);
     if (err == ST_OK)
         err = st_dead_letter_add_tx(w->conn, &src, reason, attempts, w->ex->svc->cfg.node_id,
@@ -168,9 +169,22 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
     else
         decoded = st_signal_decode(msg->payload, msg->len, &sig, &eb);
     if (decoded != ST_OK) {
-        /* Malformed: retrying cannot help. */
+        /* Malformed or oversized: retrying cannot help. An oversized envelope that still
+         * decodes names its signal and instance: the dead letter records them, so the
+         * recovery sweep does not publish it again (its payload is too large to keep). */
+        char known_signal[40] = "", known_instance[40] = "";
+        st_signal_t big;
+        st_errbuf_t ignored;
+        if (msg->len > limit && msg->payload != NULL &&
+            st_signal_decode(msg->payload, msg->len, &big, &ignored) == ST_OK) {
+            snprintf(known_signal, sizeof known_signal, "%s", big.signal_id);
+            snprintf(known_instance, sizeof known_instance, "%s", big.instance_id);
+            st_signal_close(&big);
+        }
         while (!stopping(ex)) {
-            if (ensure_pg(w) && dead_letter(w, msg, NULL, ST_OK, NULL, eb.msg, 1) == ST_OK)
+            if (ensure_pg(w) &&
+                dead_letter(w, msg, NULL, ST_OK, known_instance[0] ? known_instance : NULL,
+                            known_signal[0] ? known_signal : NULL, eb.msg, 1) == ST_OK)
                 return 1;
             backoff_sleep(ex, &backoff_ms);
         }
@@ -212,7 +226,7 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
                     attempts, st_err_name(err), eb.msg);
         /* A refused signal (verify.h) is dead-lettered at once: retrying cannot help. */
         if ((attempts >= ex->svc->cfg.max_attempts || err == ST_ERR_FORBIDDEN) &&
-            dead_letter(w, msg, &sig, err, sig.instance_id, eb.msg, attempts) == ST_OK) {
+            dead_letter(w, msg, &sig, err, sig.instance_id, NULL, eb.msg, attempts) == ST_OK) {
             commit = 1;
             break;
         }

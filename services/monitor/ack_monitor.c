@@ -91,7 +91,7 @@ static st_err_t handle_due_tx(st_ack_monitor_t *m, PGresult *rows, int i, st_err
         err = st_ack_move_tx(m->conn, guid, consumer, ST_ACK_GIVEN_UP, reason, NULL, NULL, eb);
         char topic[128];
         st_dead_letter_source_t src = {st_config_topic(&m->svc->cfg, ST_TOPIC_WORK, topic, sizeof topic),
-                                       -1, -1, instance};
+                                       -1, -1, instance, NULL};
         if (err == ST_OK)
             err = st_dead_letter_add_tx(m->conn, &src, reason, count, m->svc->cfg.node_id,
                                         envelope, len, eb);

@@ -254,6 +254,27 @@ static int produce_signal(int partition, int envelope_version, int type, const c
     return produce("signals", partition, sig.instance_id, buf, len);
 }
 
+/* An envelope larger than the executor's limit that still decodes: its dead letter
+ * names the signal (and instance), so the recovery sweep never publishes it again. */
+static int produce_big_signal(const char *signal_id, const char *big, size_t len)
+{
+    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
+    sig.envelope_version = 1;
+    sig.signal_id = (char *)signal_id;
+    sig.instance_id = "00000000-0000-4000-8000-000000000002";
+    sig.type = 1;
+    sig.payload.data = (uint8_t *)big;
+    sig.payload.len = len;
+    size_t n = strand__v1__signal__get_packed_size(&sig);
+    uint8_t *buf = malloc(n);
+    if (buf == NULL)
+        return 0;
+    strand__v1__signal__pack(&sig, buf);
+    int ok = produce("signals", 0, sig.instance_id, buf, n);
+    free(buf);
+    return ok;
+}
+
 /* Every signals partition gets each poison kind; instances started after them complete. */
 static void test_signals_poison(void)
 {
@@ -274,6 +295,12 @@ static void test_signals_poison(void)
         CU_ASSERT(produce_signal(p, 1, 99, "{}")); kinds++;
         CU_ASSERT(produce_signal(p, 1, 1, "not json")); kinds++;
     }
+    char big_id[64];
+    snprintf(big_id, sizeof big_id, "poison-big-%s", it_topic_prefix());
+    size_t big_len = BIG - 1024;   /* a JSON object: decodable, only too large */
+    memcpy(big, "{\"x\":\"", 6);
+    memcpy(big + big_len - 2, "\"}", 2);
+    CU_ASSERT(produce_big_signal(big_id, big, big_len));
     free(big);
     char body[256], sql[512];
     for (int i = 0; i < 8; i++) {
@@ -286,11 +313,14 @@ static void test_signals_poison(void)
     long long done = it_wait_number(sql, 8, 60);
     printf("\n    signals: %lld of 8 instances started after the poison completed\n", done);
     CU_ASSERT_EQUAL(done, 8);
-    long long want = letters + (long long)kinds * PARTITIONS;
+    long long want = letters + (long long)kinds * PARTITIONS + 1;   /* + the big signal */
     long long got = it_wait_number("SELECT count(*) FROM strand.dead_letters"
                                    " WHERE source_topic LIKE '%signals'", want, 30);
     printf("    signals: %lld dead letters (want %lld)\n", got - letters, want - letters);
     CU_ASSERT_EQUAL(got, want);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE signal_id = '%s'"
+             " AND instance_id = '00000000-0000-4000-8000-000000000002'", big_id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);   /* oversized, yet named */
     CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
 }
 

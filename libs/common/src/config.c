@@ -163,6 +163,7 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_KAFKA_SESSION_TIMEOUT_MS", 6000, 1000, 300000, kafka_session_timeout_ms);
     INT("STRAND_CONSUMER_POLL_LIMIT_MS", 30000, 1000, 3600000, consumer_poll_limit_ms);
     INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 100, 300000, kafka_lag_interval_ms);
+    INT("STRAND_KAFKA_MESSAGE_MAX_BYTES", 1000000, 1000, 100000000, kafka_message_max_bytes);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error"};

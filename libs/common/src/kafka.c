@@ -114,6 +114,15 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
     st_err_t err = base_conf(cfg, tunables, required, &conf, eb);
     if (err != ST_OK)
         return err;
+    /* The same limit as the topics Strand creates (st_kafka_ensure_topics): a larger
+     * message fails at once, and the relay sets its row aside. */
+    char max_bytes[16];
+    snprintf(max_bytes, sizeof max_bytes, "%d", cfg->kafka_message_max_bytes);
+    err = conf_set(conf, "message.max.bytes", max_bytes, eb);
+    if (err != ST_OK) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
     if (cbs != NULL) {
         if (cbs->on_delivery != NULL)
             rd_kafka_conf_set_dr_msg_cb(conf, cbs->on_delivery);
@@ -493,6 +502,11 @@ st_err_t st_kafka_ensure_topics(const st_config_t *cfg, int timeout_ms, st_errbu
         topics[i] = rd_kafka_NewTopic_new(st_config_topic(cfg, suffixes[i], name, sizeof name),
                                           cfg->topic_partitions, cfg->topic_replication,
                                           errstr, sizeof errstr);
+        /* The producer's message.max.bytes (st_kafka_producer_new): the two agree. */
+        char max_bytes[16];
+        snprintf(max_bytes, sizeof max_bytes, "%d", cfg->kafka_message_max_bytes);
+        if (topics[i] != NULL)
+            rd_kafka_NewTopic_set_config(topics[i], "max.message.bytes", max_bytes);
     }
     rd_kafka_queue_t *queue = rd_kafka_queue_new(rk);
     rd_kafka_AdminOptions_t *opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);

@@ -52,8 +52,8 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
 {
     static const char *const sql_dead_letter_insert =
         "INSERT INTO strand.dead_letters (source_topic, source_partition, source_offset,"
-        " instance_id, reason, attempts, node_id, payload)"
-        " VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8)";
+        " instance_id, reason, attempts, node_id, payload, signal_id)"
+        " VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8, $9)";
     char partition[16], offset[24], attempts_text[16];
     snprintf(partition, sizeof partition, "%d", src->partition);
     snprintf(offset, sizeof offset, "%lld", src->offset);
@@ -72,11 +72,12 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
     }
     if (payload == NULL || len == 0)
         payload = "", len = 0;
+    const char *signal_id = src->signal_id && src->signal_id[0] ? src->signal_id : NULL;
     const char *params[] = {src->topic, partition, offset, instance, reason,
-                            attempts_text, node_id, payload};
-    int lengths[] = {0, 0, 0, 0, 0, 0, 0, (int)len};
-    int formats[] = {0, 0, 0, 0, 0, 0, 0, 1};
-    st_err_t err = st_pg_exec_bin(conn, sql_dead_letter_insert, 8, params, lengths, formats,
+                            attempts_text, node_id, payload, signal_id};
+    int lengths[] = {0, 0, 0, 0, 0, 0, 0, (int)len, 0};
+    int formats[] = {0, 0, 0, 0, 0, 0, 0, 1, 0};
+    st_err_t err = st_pg_exec_bin(conn, sql_dead_letter_insert, 9, params, lengths, formats,
                                   NULL, eb);
     if (err != ST_OK)
         return err;

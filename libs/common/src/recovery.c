@@ -29,11 +29,17 @@ struct st_recovery {
     "   WHERE p.signal_id = " e ".signal_id)"                                            \
     " AND EXISTS (SELECT 1 FROM strand.instances i WHERE i.id = " e ".instance_id"       \
     "   AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated'))"
-/* ... and not in the dead-letter store (same instance, same bytes). Checked only on
- * the few rows UNAPPLIED() leaves (a MATERIALIZED step keeps the planner from
- * running it on every examined row). */
+/* ... and not in the dead-letter store: no dead letter for its signal id (the
+ * executor records it from the envelope, the relay for a row it set aside), none for
+ * the same instance and bytes (dead letters written before 0020 carry no signal id),
+ * and not a row the relay set aside (failed_at). Checked only on the few rows
+ * UNAPPLIED() leaves (a MATERIALIZED step keeps the planner from running it on every
+ * examined row). */
 #define NOT_DEAD(e)                                                                      \
-    " NOT EXISTS (SELECT 1 FROM strand.dead_letters d JOIN strand.outbox o2"             \
+    " NOT EXISTS (SELECT 1 FROM strand.dead_letters d WHERE d.signal_id = " e ".signal_id)" \
+    " AND NOT EXISTS (SELECT 1 FROM strand.outbox o3 WHERE o3.id = " e ".id"            \
+    "   AND o3.failed_at IS NOT NULL)"                                                   \
+    " AND NOT EXISTS (SELECT 1 FROM strand.dead_letters d JOIN strand.outbox o2"         \
     "   ON o2.id = " e ".id WHERE d.instance_id = " e ".instance_id"                     \
     "   AND d.payload = o2.payload)"
 
@@ -47,7 +53,7 @@ static const char *const sql_sweep_new =
     " edge AS (SELECT coalesce(min(id), 9223372036854775807) AS id FROM scan"
     "   WHERE published_at IS NULL OR published_at > now() - make_interval(secs => $3::int)),"
     " examined AS (SELECT s.* FROM scan s, edge WHERE s.id < edge.id),"
-    " unapplied AS MATERIALIZED (SELECT e.id, e.instance_id FROM examined e"
+    " unapplied AS MATERIALIZED (SELECT e.id, e.signal_id, e.instance_id FROM examined e"
     "   WHERE e.created_at > now() - make_interval(secs => $4::int) AND" UNAPPLIED("e") "),"
     " lost AS (SELECT u.id FROM unapplied u WHERE" NOT_DEAD("u") "),"
     " marked AS (UPDATE strand.outbox o SET published_at = NULL, recoveries = o.recoveries + 1"

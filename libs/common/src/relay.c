@@ -34,6 +34,7 @@
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
+#include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/recovery.h"
 #include "strand/util.h"
@@ -62,12 +63,18 @@ struct st_relay {
     rd_kafka_t *producer;
     time_t last_purge;
     st_recovery_t *recovery;   /* the sweep, run while leading */
-    st_metric_t *published, *failed, *lag, *backlog, *leading;
+    st_metric_t *published, *failed, *set_aside, *lag, *backlog, *leading;
 };
 
-/* Delivery status of one row, written by the delivery-report callback. */
+/* Delivery status of one produced row, the message's opaque. Each is its own
+ * allocation: the relay frees it once its report came; one whose report has not come
+ * when the relay gives up on its batch is marked abandoned and freed by on_delivery
+ * when the report comes at last (a later flush, or the purge in st_relay_stop). Reports
+ * are served only by rd_kafka_poll/flush on the relay thread (or after it ended), so
+ * no lock is needed, and a report for an abandoned batch never marks a row. */
 typedef struct {
     int done;
+    int abandoned;
     rd_kafka_resp_err_t err;
 } delivery_t;
 
@@ -77,9 +84,30 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opa
     if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         __atomic_store_n(&r->kafka_up, 1, __ATOMIC_RELEASE);
     delivery_t *d = msg->_private;
-    if (d != NULL) {
-        d->err = msg->err;
-        d->done = 1;
+    if (d == NULL)
+        return;
+    if (d->abandoned) {
+        free(d);
+        return;
+    }
+    d->err = msg->err;
+    d->done = 1;
+}
+
+/* Errors no retry will cure for this message (its size or content), as opposed to a
+ * full queue, a broker away or a timeout. */
+static int permanent_error(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -218,14 +246,55 @@ static void relay_resign(st_relay_t *r)
                 LEADER_KAFKA_DOWN_S);
 }
 
-/* Claims up to relay_batch rows in id order, publishes them, marks the delivered
- * ones up to the first failure. Only the leader calls it. Returns the number of rows
- * claimed, or -1 on a database error. */
+/* Sets aside row `i` of `rows` (the claim's columns), which Kafka refused for good:
+ * marks it failed and done, and records a dead letter (payload kept up to the dead-
+ * letter size rule) and a notice, in the claim's transaction. */
+static st_err_t relay_set_aside(st_relay_t *r, PGresult *rows, int i, const char *topic,
+                                const void *payload, size_t len, rd_kafka_resp_err_t perr,
+                                st_errbuf_t *eb)
+{
+    static const char *const sql_outbox_set_aside =
+        "UPDATE strand.outbox SET published_at = now(), failed_at = now(), publish_error = $2"
+        " WHERE id = $1::bigint";
+    const char *id = PQgetvalue(rows, i, 0);
+    const char *signal_id = PQgetisnull(rows, i, 5) ? NULL : PQgetvalue(rows, i, 5);
+    const char *instance_id = PQgetisnull(rows, i, 6) ? NULL : PQgetvalue(rows, i, 6);
+    char reason[256];
+    snprintf(reason, sizeof reason, "outbox row %s (%zu bytes) not publishable: %s", id, len,
+             rd_kafka_err2str(perr));
+    const char *params[] = {id, reason};
+    st_err_t err = st_pg_exec(r->conn, sql_outbox_set_aside, 2, params, NULL, eb);
+    if (err != ST_OK)
+        return err;
+    st_dead_letter_source_t src = {.topic = topic, .partition = -1, .offset = -1,
+                                   .instance_id = instance_id, .signal_id = signal_id};
+    err = st_dead_letter_add_tx(r->conn, &src, reason, 1, r->cfg.node_id, payload, len, eb);
+    if (err != ST_OK)
+        return err;
+    json_t *detail = json_pack("{s:s, s:s, s:I, s:s}", "outbox_id", id, "topic", topic,
+                               "bytes", (json_int_t)len, "error", rd_kafka_err2name(perr));
+    err = st_notice_add_tx(r->conn, "outbox_row_set_aside", instance_id, signal_id, reason,
+                           detail, eb);
+    json_decref(detail);
+    if (err != ST_OK)
+        return err;
+    st_metric_inc(r->set_aside);
+    st_log_error("outbox row set aside: Kafka will not take it",
+                 "id=%s topic=%s bytes=%zu error=%s; dead-lettered", id, topic, len,
+                 rd_kafka_err2str(perr));
+    return ST_OK;
+}
+
+/* Claims up to relay_batch rows in id order, publishes them, and in id order marks
+ * the delivered ones and sets aside the ones Kafka refused for good (too large,
+ * invalid), up to the first row that may yet go (a retryable failure, or no report).
+ * Only the leader calls it. Returns the number of rows claimed, or -1 on a database
+ * error. */
 static int relay_drain_once(st_relay_t *r)
 {
     static const char *const sql_outbox_claim =
         "SELECT id, topic, key, payload,"
-        " extract(epoch FROM (clock_timestamp() - created_at))"
+        " extract(epoch FROM (clock_timestamp() - created_at)), signal_id, instance_id"
         " FROM strand.outbox WHERE published_at IS NULL"
         " ORDER BY id LIMIT $1 FOR UPDATE";
     static const char *const sql_outbox_mark =
@@ -241,12 +310,12 @@ static int relay_drain_once(st_relay_t *r)
     if (st_pg_exec(r->conn, sql_outbox_claim, 1, params, &rows, &eb) != ST_OK)
         goto db_error;
     int n = PQntuples(rows);
-    if (n == 0) {
+    if (n <= 0) {
         PQclear(rows);
         st_pg_rollback(r->conn);
         return 0;
     }
-    delivery_t *status = calloc((size_t)n, sizeof *status);
+    delivery_t **status = calloc((size_t)n, sizeof *status);
     unsigned char **payloads = calloc((size_t)n, sizeof *payloads);
     size_t *lengths = calloc((size_t)n, sizeof *lengths);
     if (status == NULL || payloads == NULL || lengths == NULL)
@@ -256,40 +325,55 @@ static int relay_drain_once(st_relay_t *r)
         st_config_topic(&r->cfg, PQgetvalue(rows, i, 1), topic, sizeof topic);
         const char *key = PQgetisnull(rows, i, 2) ? NULL : PQgetvalue(rows, i, 2);
         payloads[i] = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 3), &lengths[i]);
+        status[i] = calloc(1, sizeof *status[i]);
+        if (status[i] == NULL || payloads[i] == NULL)
+            abort();
         rd_kafka_resp_err_t perr;
         for (;;) {
+            /* Copied: the payload is freed with the batch, a message may outlive it. */
             perr = rd_kafka_producev(
                 r->producer, RD_KAFKA_V_TOPIC(topic),
                 RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                RD_KAFKA_V_VALUE(payloads[i], lengths[i]), RD_KAFKA_V_OPAQUE(&status[i]),
+                RD_KAFKA_V_VALUE(payloads[i], lengths[i]),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(status[i]),
                 RD_KAFKA_V_END);
             if (perr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 break;
             rd_kafka_poll(r->producer, 100);
         }
         if (perr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            status[i].done = 1;
-            status[i].err = perr;
+            status[i]->done = 1;
+            status[i]->err = perr;
         }
     }
     rd_kafka_flush(r->producer, 30000);
-    /* Build the id array of the rows Kafka acknowledged before the first failure.
-     * Rows after a failure stay unpublished even if they were delivered: sending
-     * them again after the failed one keeps each key in commit order, and a
-     * duplicate is recognised downstream by its signal id, a reordering is not. */
+    /* In id order: delivered rows are marked, rows refused for good set aside, up to
+     * the first row that may yet go. Rows after it stay unpublished even if they were
+     * delivered: sending them again after the failed one keeps each key in commit
+     * order, and a duplicate is recognised downstream by its signal id, a reordering
+     * is not. */
     size_t cap = (size_t)n * 24 + 4, len = 0;
     char *ids = malloc(cap);
     if (ids == NULL)
         abort();
     ids[len++] = '{';
-    int delivered = 0, failed = 0;
+    int delivered = 0, set_aside = 0, failed = 0;
+    st_err_t err = ST_OK;
     for (int i = 0; i < n; i++) {
-        if (!status[i].done || status[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        delivery_t *d = status[i];
+        if (!d->done || d->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (!failed && err == ST_OK && d->done && permanent_error(d->err)) {
+                char topic[256];
+                st_config_topic(&r->cfg, PQgetvalue(rows, i, 1), topic, sizeof topic);
+                err = relay_set_aside(r, rows, i, topic, payloads[i], lengths[i], d->err, &eb);
+                set_aside += err == ST_OK;
+                continue;
+            }
             st_metric_inc(r->failed);
             st_log_warn("could not publish outbox row",
                         "id=%s topic=%s error=%s", PQgetvalue(rows, i, 0),
                         PQgetvalue(rows, i, 1),
-                        status[i].done ? rd_kafka_err2str(status[i].err) : "no delivery report");
+                        d->done ? rd_kafka_err2str(d->err) : "no delivery report");
             failed = 1;
             continue;
         }
@@ -302,20 +386,25 @@ static int relay_drain_once(st_relay_t *r)
     }
     ids[len++] = '}';
     ids[len] = '\0';
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         PQfreemem(payloads[i]);
+        if (status[i]->done)
+            free(status[i]);
+        else
+            status[i]->abandoned = 1;   /* on_delivery frees it when its report comes */
+    }
     free(payloads);
     free(lengths);
     free(status);
     PQclear(rows);
     const char *mark_params[] = {ids};
-    st_err_t err = delivered ? st_pg_exec(r->conn, sql_outbox_mark, 1, mark_params, NULL, &eb)
-                             : ST_OK;
+    if (err == ST_OK && delivered)
+        err = st_pg_exec(r->conn, sql_outbox_mark, 1, mark_params, NULL, &eb);
     free(ids);
     if (err != ST_OK || st_pg_commit(r->conn, &eb) != ST_OK)
         goto db_error;
     st_metric_add(r->published, delivered);
-    if (delivered < n)
+    if (delivered + set_aside < n)
         relay_pause(r, 1000);  /* Kafka trouble: do not spin on the same rows */
     return n;
 
@@ -474,6 +563,9 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
                                       "Outbox rows published to Kafka", NULL);
     r->failed = st_metrics_counter("strand_outbox_publish_failures_total",
                                    "Outbox rows whose delivery failed (retried)", NULL);
+    r->set_aside = st_metrics_counter("strand_outbox_set_aside_total",
+                                      "Outbox rows Kafka refused for good (too large, invalid),"
+                                      " dead-lettered and skipped", NULL);
     r->lag = st_metrics_histogram("strand_outbox_relay_lag_seconds",
                                   "Time from outbox insert to Kafka delivery", NULL);
     r->backlog = st_metrics_gauge("strand_outbox_backlog",
@@ -509,6 +601,10 @@ void st_relay_stop(st_relay_t *r)
     (void)ignored;
     pthread_join(r->thread, NULL);
     rd_kafka_flush(r->producer, 5000);
+    /* What is still queued or in flight is given up: purging it serves its reports
+     * (on_delivery frees their abandoned status), so none comes after the relay. */
+    rd_kafka_purge(r->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(r->producer, 1000);
     rd_kafka_destroy(r->producer);
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);

@@ -61,6 +61,9 @@ typedef struct {
     int kafka_session_timeout_ms; /* STRAND_KAFKA_SESSION_TIMEOUT_MS: consumer failover */
     int consumer_poll_limit_ms;   /* STRAND_CONSUMER_POLL_LIMIT_MS: unready past it */
     int kafka_lag_interval_ms;    /* STRAND_KAFKA_LAG_INTERVAL_MS: broker lag queries */
+    int kafka_message_max_bytes;  /* STRAND_KAFKA_MESSAGE_MAX_BYTES: producer's and created
+                                   * topics' message size limit (the relay sets larger
+                                   * outbox rows aside) */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.

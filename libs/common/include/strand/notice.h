@@ -26,6 +26,8 @@ typedef struct {
     int partition;
     long long offset;
     const char *instance_id; /* may be NULL */
+    const char *signal_id;   /* the signal's id where known, else NULL: the recovery
+                              * sweep never publishes a dead-lettered signal again */
 } st_dead_letter_source_t;
 
 /* Largest payload a dead letter keeps; a longer one is stored empty, with its size in
