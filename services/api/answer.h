@@ -62,9 +62,6 @@ const char *st_api_rfc3339(const char *pg, char *out, size_t len);
 /* Column `col` of a timestamptz as a JSON string in RFC 3339 UTC, or JSON null.
  * Every time in an API answer goes through here. Caller owns the reference. */
 json_t *st_api_time_json(PGresult *res, int row, int col);
-/* The SQL expression for a timestamptz inside jsonb built by a query, in RFC 3339 UTC
- * like st_api_time_json() (`x` is the column). */
-#define ST_API_SQL_TIME(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 /* The request time limit (STRAND_API_REQUEST_TIMEOUT_MS, default 10000): every
  * statement of an API or ingress connection is cancelled past it, and the request

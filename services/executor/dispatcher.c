@@ -110,6 +110,16 @@ static void call_free(call_t *c)
     free(c);
 }
 
+/* Frees every call of the list `*head` and leaves it empty. */
+static void call_list_free(call_t **head)
+{
+    while (*head != NULL) {
+        call_t *c = *head;
+        *head = c->next;
+        call_free(c);
+    }
+}
+
 /* The CALL_RESULT result of a reply. Caller decrefs. */
 static json_t *reply_result(st_err_t err, st_worker_reply_t *reply)
 {
@@ -488,11 +498,7 @@ static void *runner_main(void *arg)
         curl_multi_remove_handle(d->multi, st_worker_request_handle(c->req));
         call_free(c);
     }
-    while (d->finished != NULL) {
-        call_t *c = d->finished;
-        d->finished = c->next;
-        call_free(c);
-    }
+    call_list_free(&d->finished);
     if (d->conn != NULL)
         PQfinish(d->conn);
     d->conn = NULL;
@@ -503,11 +509,7 @@ static void *runner_main(void *arg)
 
 static void dispatcher_free(st_dispatcher_t *d)
 {
-    while (d->incoming != NULL) {
-        call_t *c = d->incoming;
-        d->incoming = c->next;
-        call_free(c);
-    }
+    call_list_free(&d->incoming);
     if (d->multi != NULL)
         curl_multi_cleanup(d->multi);
     pthread_mutex_destroy(&d->lock);

@@ -147,7 +147,7 @@ static const char *const sql_run_persist =
     "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now(),"
     "   last_error_code = CASE WHEN $9 = 'failed' THEN 'instance_failed' END,"
     "   last_error = CASE WHEN $9 = 'failed' THEN jsonb_build_object('code', 'instance_failed',"
-    "     'message', 'the instance failed', 'error', $11::jsonb, 'signal_id', $7::text, 'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')) END"
+    "     'message', 'the instance failed', 'error', $11::jsonb, 'signal_id', $7::text, 'at', " ST_PG_SQL_RFC3339("now()") ") END"
     "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
     " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
     "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
@@ -611,7 +611,7 @@ fail:
 static const char *const sql_last_error =
     "UPDATE strand.runtime_states SET last_error_code = $2,"
     " last_error = jsonb_build_object('code', $2::text, 'message', $3::text, 'error', $4::text,"
-    "   'signal_id', $5::text, 'signal_type', $6::text, 'attempts', $7::int, 'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
+    "   'signal_id', $5::text, 'signal_type', $6::text, 'attempts', $7::int, 'at', " ST_PG_SQL_RFC3339("now()") ")"
     "   || CASE WHEN $8::boolean THEN jsonb_build_object('dead_letter_id',"
     "        currval(pg_get_serial_sequence('strand.dead_letters', 'id'))) ELSE '{}'::jsonb END"
     " WHERE instance_id = $1::uuid";

@@ -64,17 +64,24 @@ static st_err_t read_secret_file(const char *name, char *dst, size_t len, st_err
     return ST_OK;
 }
 
+/* True when `value` is one of the NULL-terminated `choices`. */
+static int one_of(const char *value, const char *const *choices)
+{
+    for (; *choices != NULL; choices++)
+        if (strcmp(value, *choices) == 0)
+            return 1;
+    return 0;
+}
+
 /* Checks the Kafka security settings: a known protocol (lower-cased in place), and
  * with SASL a known mechanism, a user name and exactly one of password / password file. */
 static st_err_t check_kafka_security(st_config_t *cfg, st_errbuf_t *eb)
 {
     for (char *p = cfg->kafka_security_protocol; *p; p++)
         *p = (char)tolower((unsigned char)*p);
-    static const char *const protocols[] = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"};
-    int ok = 0;
-    for (int i = 0; i < 4; i++)
-        ok |= strcmp(cfg->kafka_security_protocol, protocols[i]) == 0;
-    if (!ok)
+    static const char *const protocols[] = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl",
+                                            NULL};
+    if (!one_of(cfg->kafka_security_protocol, protocols))
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_KAFKA_SECURITY_PROTOCOL must be plaintext, ssl, sasl_plaintext "
                           "or sasl_ssl, got \"%s\"", cfg->kafka_security_protocol);
@@ -88,11 +95,8 @@ static st_err_t check_kafka_security(st_config_t *cfg, st_errbuf_t *eb)
         return err;
     if (strncmp(cfg->kafka_security_protocol, "sasl_", 5) != 0)
         return ST_OK;
-    static const char *const mechanisms[] = {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"};
-    ok = 0;
-    for (int i = 0; i < 3; i++)
-        ok |= strcmp(cfg->kafka_sasl_mechanism, mechanisms[i]) == 0;
-    if (!ok)
+    static const char *const mechanisms[] = {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", NULL};
+    if (!one_of(cfg->kafka_sasl_mechanism, mechanisms))
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_KAFKA_SASL_MECHANISM must be SCRAM-SHA-512, SCRAM-SHA-256 or "
                           "PLAIN, got \"%s\"", cfg->kafka_sasl_mechanism);
@@ -166,11 +170,8 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_KAFKA_MESSAGE_MAX_BYTES", 1000000, 1000, 100000000, kafka_message_max_bytes);
 #undef STR
 #undef INT
-    static const char *const levels[] = {"debug", "info", "warn", "error"};
-    int level_ok = 0;
-    for (int i = 0; i < 4; i++)
-        level_ok |= strcmp(cfg->log_level, levels[i]) == 0;
-    if (!level_ok)
+    static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+    if (!one_of(cfg->log_level, levels))
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_LOG_LEVEL must be debug, info, warn or error, got \"%s\"",
                           cfg->log_level);

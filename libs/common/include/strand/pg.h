@@ -12,6 +12,11 @@
 
 #include "strand/err.h"
 
+/* The SQL expression for timestamptz `x` as RFC 3339 text in UTC
+ * (2026-11-24T02:09:19.379597Z), for times built into jsonb by a query; the API's
+ * st_api_time_json() writes columns the same way. */
+#define ST_PG_SQL_RFC3339(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
 /* The one SQLSTATE -> st_err_t table: ST_ERR_TIMEOUT (57014, statement_timeout),
  * ST_ERR_SERIALIZATION (40001, 40P01), ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other
  * class 22/23), ST_ERR_DB (NULL = no server answer, class 08 and the rest of 57),
