@@ -29,8 +29,9 @@
 #include "strand/err.h"
 #include "strand/service.h"
 
-/* NOTIFY channel raised with each new call (effects.c), in the call's transaction. */
-#define ST_CALLS_CHANNEL "strand_calls"
+/* The NOTIFY channel ST_CALLS_CHANNEL (strand/call.h) is raised with each new call,
+ * in the call's transaction. */
+#include "strand/call.h"
 
 typedef struct st_dispatcher st_dispatcher_t;
 
