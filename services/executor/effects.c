@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "strand/call.h"
+#include "strand/instance_store.h"
 #include "strand/kafka.h"
 #include "strand/notice.h"
 #include "strand/outbox.h"
@@ -21,12 +22,6 @@
 static const char *const sql_child_version =
     "SELECT version FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-static const char *const sql_child_insert =
-    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref, status,"
-    " input, parent_instance_id, parent_waiting_token)"
-    " VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb, $6::uuid, $7)";
-static const char *const sql_child_runtime =
-    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
 
 /* Compact JSON text of `value` (NULL or JSON null -> `fallback`). Caller frees. */
 static char *json_text(const json_t *value, const char *fallback)
@@ -87,18 +82,18 @@ static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json
     char id[37];
     st_uuid_new(id);
     char *input = json_text(json_object_get(effect, "input"), "{}");
-    const char *params[] = {id, definition, version, string_field(effect, "business_ref"),
-                            input, instance_id, string_field(effect, "token")};
-    const char *rs_params[] = {id};
+    st_instance_new_t child = {.id = id, .definition_name = definition,
+                               .definition_version = version,
+                               .business_ref = string_field(effect, "business_ref"),
+                               .input_json = input, .parent_instance_id = instance_id,
+                               .parent_waiting_token = string_field(effect, "token")};
     st_signal_t start;
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
     /* The child's subworkflow depth (the engine bounds it) travels in START's payload. */
     const json_t *depth = json_object_get(effect, "depth");
     if (json_is_integer(depth))
         start.payload = json_pack("{s:I}", "depth", json_integer_value(depth));
-    err = st_pg_exec(conn, sql_child_insert, 7, params, NULL, eb);
-    if (err == ST_OK)
-        err = st_pg_exec(conn, sql_child_runtime, 1, rs_params, NULL, eb);
+    err = st_instance_add_tx(conn, &child, eb);
     if (err == ST_OK)
         err = st_signal_enqueue_tx(conn, &start, eb);
     st_signal_close(&start);
