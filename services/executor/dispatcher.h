@@ -5,8 +5,8 @@
  *
  * Two threads in the executor:
  *  - the claimer, on the shared deadline loop (libs/common due_loop.c), wakes on
- *    NOTIFY strand_calls and claims pending rows of strand.calls with FOR UPDATE SKIP
- *    LOCKED, as many as there are free places (STRAND_EXECUTOR_CALL_CONCURRENCY, 32 by
+ *    NOTIFY strand_calls and claims pending rows of strand.calls (through libs/common
+ *    call.c, the table's owner) with FOR UPDATE SKIP LOCKED, as many as there are free places (STRAND_EXECUTOR_CALL_CONCURRENCY, 32 by
  *    default). A claim marks the call 'sent' under a lease (STRAND_EXECUTOR_CALL_LEASE_MS)
  *    and commits. A call whose instance no longer waits on its token (cancelled, ended,
  *    or moved on) is marked 'abandoned' at the claim and never sent.
@@ -28,10 +28,6 @@
 
 #include "strand/err.h"
 #include "strand/service.h"
-
-/* The NOTIFY channel ST_CALLS_CHANNEL (strand/call.h) is raised with each new call,
- * in the call's transaction. */
-#include "strand/call.h"
 
 typedef struct st_dispatcher st_dispatcher_t;
 
