@@ -12,7 +12,8 @@
  *    next: [state]}
  *    in one transaction: the runtime state is locked and must still be at the version
  *    read in step 1 (else 409 state_changed: nothing was applied, call again); local
- *    attributes go into the snapshot (state_version + 1), global ones into the user's
+ *    attributes go into the snapshot through the engine (st_snapshot_with_locals(),
+ *    written by instance_store.c with state_version + 1), global ones into the user's
  *    row, each publish becomes a queue message for the instance (a named signal), and
  *    each `next` state gets a new thread (a "__start_thread_<state>" signal to the
  *    process's spawner thread for that state, compiled from the rpc's `threads`), and
