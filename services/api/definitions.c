@@ -10,7 +10,7 @@
 
 #include "api.h"
 #include "command_pool.h"
-#include "diagram.h"
+#include "strand/diagram.h"
 #include "permissions.h"
 #include "strand/result_schema.h"
 #include "strand/engine.h"

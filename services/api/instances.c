@@ -15,6 +15,7 @@
 #include "command_pool.h"
 #include "wait_loop.h"
 #include "strand/history.h"
+#include "strand/instance_store.h"
 #include "strand/pg.h"
 #include "strand/request.h"
 #include "strand/signal.h"
@@ -24,22 +25,8 @@
 static const char *const sql_definition_latest =
     "SELECT version, canonical->>'id_reuse_policy' FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-/* The instance and its runtime state (version 0) in one round trip, answering with the
- * columns of sql_instance_get. */
-static const char *const sql_instance_insert =
-    "WITH i AS (INSERT INTO strand.instances (id, definition_name, definition_version,"
-    "   business_ref, status, input) VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb)"
-    "   RETURNING *),"
-    " rs AS (INSERT INTO strand.runtime_states (instance_id, state_version)"
-    "   SELECT id, 0 FROM i RETURNING *)"
-    " SELECT i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"
-    " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at,"
-    " rs.state_version, rs.waiting_kind, rs.waiting_token, rs.waiting_until"
-    " FROM i JOIN rs ON rs.instance_id = i.id";
 static const char *const sql_instance_get =
-    "SELECT i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"
-    " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at,"
-    " rs.state_version, rs.waiting_kind, rs.waiting_token, rs.waiting_until"
+    "SELECT" ST_INSTANCE_VIEW_COLUMNS
     " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
     " WHERE i.id = $1::uuid";
 static const char *const sql_instance_list =
@@ -65,15 +52,28 @@ static const char *const sql_reuse_previous =
     "SELECT id, status, parent_instance_id, parent_waiting_token FROM strand.instances"
     " WHERE definition_name = $1 AND business_ref = $2"
     " ORDER BY created_at DESC, id DESC LIMIT 1000";
-static const char *const sql_reuse_terminate =
-    "UPDATE strand.instances SET status = 'terminated', updated_at = now(), ended_at = now(),"
-    " error = jsonb_build_object('code', 'terminated', 'reason', 'id_reuse_policy: a new run started')"
-    " WHERE id = $1::uuid";
-static const char *const sql_reuse_terminate_rs =
-    "UPDATE strand.runtime_states SET state_version = state_version + 1, waiting_kind = NULL,"
-    " waiting_token = NULL, waiting_until = NULL,"
-    " snapshot = CASE WHEN snapshot IS NULL THEN NULL ELSE jsonb_set(snapshot, '{status}', '\"terminated\"') END"
-    " WHERE instance_id = $1::uuid";
+#define REUSE_TERMINATED_ERROR \
+    "{\"code\":\"terminated\",\"reason\":\"id_reuse_policy: a new run started\"}"
+
+/* Ends a running run replaced under allow_terminate_if_running: its runtime state
+ * first (the executor locks it before the instance row), the snapshot's status set by
+ * the engine, then the instance. */
+static st_err_t reuse_terminate_tx(PGconn *conn, const char *id, st_errbuf_t *eb)
+{
+    int found = 0;
+    long long version = 0;
+    json_t *snapshot = NULL;
+    st_err_t err = st_runtime_state_lock_tx(conn, id, &found, &version, &snapshot, eb);
+    if (err == ST_OK && found) {
+        json_t *ended = st_snapshot_with_status(snapshot, "terminated");
+        err = st_runtime_state_end_tx(conn, id, ended, eb);
+        json_decref(ended);
+    }
+    json_decref(snapshot);
+    if (err == ST_OK)
+        err = st_instance_end_tx(conn, id, "terminated", REUSE_TERMINATED_ERROR, eb);
+    return err;
+}
 
 int st_api_status_ended(const char *status)
 {
@@ -118,12 +118,8 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
     for (int i = 0; i < n && err == ST_OK; i++) {
         if (st_api_status_ended(PQgetvalue(res, i, 1)))
             continue;
-        const char *t_params[] = {PQgetvalue(res, i, 0)};
         const char *h_params[] = {PQgetvalue(res, i, 0), new_id};
-        /* the runtime state first: the executor locks it before the instance row */
-        err = st_pg_exec(conn, sql_reuse_terminate_rs, 1, t_params, NULL, eb);
-        if (err == ST_OK)
-            err = st_pg_exec(conn, sql_reuse_terminate, 1, t_params, NULL, eb);
+        err = reuse_terminate_tx(conn, PQgetvalue(res, i, 0), eb);
         if (err == ST_OK) {
             json_t *detail = json_pack("{s:s, s:s}", "reason", "id_reuse_policy",
                                        "replaced_by", h_params[1]);
@@ -164,7 +160,7 @@ static void set_text_column(json_t *obj, const char *key, PGresult *res, int row
                                       : json_string(PQgetvalue(res, row, col)));
 }
 
-/* Answers `status` with the view in row 0 of `res` (the columns of sql_instance_get). */
+/* Answers `status` with the view in row 0 of `res` (ST_INSTANCE_VIEW_COLUMNS). */
 static void answer_view(st_answer_t *out, PGresult *res, int status)
 {
     json_t *body = json_object();
@@ -368,12 +364,14 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
         ((err = reuse_check_tx(conn, definition, policy, business_ref, id, out, &eb)) != ST_OK ||
          out->status != 0))
         goto done;
-    const char *inst_params[] = {id, definition, pinned, business_ref, input_text};
+    st_instance_new_t inst = {.id = id, .definition_name = definition,
+                              .definition_version = pinned, .business_ref = business_ref,
+                              .input_json = input_text};
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
     /* The START signal's outbox row is queued and goes out in one round trip with the
      * instance insert and the COMMIT. */
     if ((err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
-        (err = st_pg_exec_commit(conn, sql_instance_insert, 5, inst_params, &res, &eb)) != ST_OK)
+        (err = st_instance_add_commit(conn, &inst, &res, &eb)) != ST_OK)
         goto done;
     answer_view(out, res, 201);   /* as inserted: pending, state_version 0 */
 

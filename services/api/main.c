@@ -14,7 +14,7 @@
 
 #include "api.h"
 #include "command_pool.h"
-#include "diagram.h"
+#include "strand/diagram.h"
 #include "ingress.h"
 #include "permissions.h"
 #include "wait_loop.h"

@@ -13,6 +13,7 @@
 
 #include "api.h"
 #include "strand/dedup.h"
+#include "strand/instance_store.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/request.h"
@@ -33,8 +34,7 @@ static const char *const sql_retention_run =
     " del_timers AS (" ST_TIMER_PURGE_SQL("batch", "$3::boolean") "),"
     " del_processed AS (" ST_DEDUP_PURGE_SQL("batch", "$3::boolean") "),"
     " del_requests AS (" ST_REQUEST_PURGE_SQL("batch", "$3::boolean") "),"
-    " del_instances AS (DELETE FROM strand.instances i USING batch b"
-    "   WHERE NOT $3::boolean AND i.id = b.id RETURNING 1),"
+    " del_instances AS (" ST_INSTANCE_PURGE_SQL("batch", "$3::boolean") "),"
     " letters AS (SELECT id FROM strand.dead_letters"
     "   WHERE status IN ('replayed', 'discarded')"
     "     AND created_at < now() - make_interval(secs => $1::bigint)),"

@@ -12,7 +12,8 @@
  *    next: [state]}
  *    in one transaction: the runtime state is locked and must still be at the version
  *    read in step 1 (else 409 state_changed: nothing was applied, call again); local
- *    attributes go into the snapshot (state_version + 1), global ones into the user's
+ *    attributes go into the snapshot through the engine (st_snapshot_with_locals(),
+ *    written by instance_store.c with state_version + 1), global ones into the user's
  *    row, each publish becomes a queue message for the instance (a named signal), and
  *    each `next` state gets a new thread (a "__start_thread_<state>" signal to the
  *    process's spawner thread for that state, compiled from the rpc's `threads`), and
@@ -27,7 +28,9 @@
 #include "api.h"
 #include "command_pool.h"
 #include "strand/globals.h"
+#include "strand/engine.h"
 #include "strand/history.h"
+#include "strand/instance_store.h"
 #include "strand/http.h"
 #include "strand/log.h"
 #include "strand/pg.h"
@@ -45,17 +48,9 @@ static const char *const sql_rpc_instance =
     " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
     " JOIN strand.definitions d ON d.name = i.definition_name AND d.version = i.definition_version"
     " WHERE i.id = $1::uuid";
-static const char *const sql_rpc_lock =
-    "SELECT state_version FROM strand.runtime_states WHERE instance_id = $1::uuid FOR UPDATE";
-static const char *const sql_rpc_locals =
-    "UPDATE strand.runtime_states SET state_version = state_version + 1,"
-    " snapshot = jsonb_set(snapshot, '{state}', coalesce(snapshot->'state', '{}'::jsonb) || $2::jsonb)"
-    " WHERE instance_id = $1::uuid";
 /* A request_id makes an RPC idempotent: a repeat on the same instance and rpc answers
  * {duplicate: true} and changes nothing (the claim, per (instance, rpc, request id),
  * commits with the answer's effects; request.h). */
-static const char *const sql_rpc_touch =
-    "UPDATE strand.instances SET updated_at = now() WHERE id = $1::uuid";
 
 /* POSTs `request` to `url`. Returns the parsed 2xx JSON answer (caller decrefs), or
  * NULL with `why` filled. */
@@ -183,11 +178,12 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
         return;
     }
     st_errbuf_t eb;
-    PGresult *res = NULL;
-    const char *id_params[] = {id};
+    int found = 0;
+    long long locked_version = 0;
+    json_t *snapshot = NULL;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_rpc_lock, 1, id_params, &res, &eb);
+        err = st_runtime_state_lock_tx(conn, id, &found, &locked_version, &snapshot, &eb);
     if (err == ST_OK && request_id != NULL) {
         int fresh = 0;
         err = st_request_claim_tx(conn, ST_REQUEST_RPC, id, rpc_name, request_id, id, &fresh,
@@ -198,7 +194,7 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
             goto done;
         }
     }
-    if (err == ST_OK && (PQntuples(res) == 0 || strcmp(PQgetvalue(res, 0, 0), version) != 0)) {
+    if (err == ST_OK && (!found || locked_version != atoll(version))) {
         st_answer_problem(out, 409, "state_changed",
                           "the process moved on during the rpc; nothing was applied, call it again", NULL, NULL);
         goto done;
@@ -220,10 +216,10 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
             err = st_globals_store_tx(conn, gdecl, process_id, globals_before, global_state, &eb);
     }
     if (err == ST_OK && json_object_size(locals) > 0) {
-        char *text = json_dumps(locals, JSON_COMPACT);
-        const char *params[] = {id, text};
-        err = st_pg_exec(conn, sql_rpc_locals, 2, params, NULL, &eb);
-        free(text);
+        /* the engine writes the locals into its snapshot (engine.h) */
+        json_t *changed = st_snapshot_with_locals(snapshot, locals);
+        err = st_runtime_state_put_tx(conn, id, changed, &eb);
+        json_decref(changed);
     }
     size_t i;
     json_t *p;
@@ -261,7 +257,7 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
         err = st_history_add_tx(conn, id, "rpc", detail, &eb);
     json_decref(detail);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_rpc_touch, 1, id_params, NULL, &eb);
+        err = st_instance_touch_tx(conn, id, &eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err == ST_OK) {
@@ -276,7 +272,7 @@ done:
     if (out->status == 0)
         st_answer_error(out, err, &eb);
     st_pg_rollback(conn);
-    PQclear(res);
+    json_decref(snapshot);
     json_decref(locals);
     json_decref(global_state);
 }

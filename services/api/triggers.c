@@ -24,6 +24,7 @@
 
 #include "api.h"
 #include "strand/engine.h"
+#include "strand/instance_store.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
 #include "strand/request.h"
@@ -44,12 +45,6 @@ static const char *const sql_ref_instance =
     " ORDER BY status IN ('completed', 'failed', 'cancelled', 'terminated'), lifecycle DESC,"
     " CASE WHEN status IN ('completed', 'failed', 'cancelled', 'terminated') THEN NULL"
     " ELSE created_at END, created_at DESC LIMIT 1 FOR UPDATE";
-static const char *const sql_instance_insert =
-    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref, status,"
-    " input, lifecycle) VALUES ($1::uuid, $2, $3, $4, 'pending',"
-    " jsonb_build_object('external_ref', $4::text), true)";
-static const char *const sql_runtime_insert =
-    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
 static const char *const sql_lock_ref =
     "SELECT pg_advisory_xact_lock(hashtext($1))";
 
@@ -181,12 +176,20 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
         snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
     } else {
         st_uuid_new(id);
-        const char *inst_params[] = {id, definition, pinned, ref};
-        const char *rs_params[] = {id};
+        /* its input names the reference it was started for */
+        json_t *input = json_pack("{s:s}", "external_ref", ref);
+        char *input_text = input ? json_dumps(input, JSON_COMPACT) : NULL;
+        json_decref(input);
+        st_instance_new_t inst = {.id = id, .definition_name = definition,
+                                  .definition_version = pinned, .business_ref = ref,
+                                  .input_json = input_text, .lifecycle = 1};
         st_signal_init(&start, ST_SIGNAL_START, id, 0);
-        if ((err = st_pg_exec(conn, sql_instance_insert, 4, inst_params, NULL, &eb)) != ST_OK ||
-            (err = st_pg_exec(conn, sql_runtime_insert, 1, rs_params, NULL, &eb)) != ST_OK ||
-            (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK)
+        if (input_text == NULL)
+            err = st_err_set(&eb, ST_ERR_NOMEM, "could not encode an instance's input");
+        else
+            err = st_instance_add_tx(conn, &inst, &eb);
+        free(input_text);
+        if (err != ST_OK || (err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK)
             goto done;
         created = 1;
     }

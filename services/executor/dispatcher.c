@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "strand/call.h"
 #include "strand/dedup.h"
 #include "strand/due_loop.h"
 #include "strand/log.h"
@@ -42,7 +43,6 @@ struct st_dispatcher {
     time_t last_housekeeping;
     int capacity;              /* STRAND_EXECUTOR_CALL_CONCURRENCY */
     int lease_ms;              /* STRAND_EXECUTOR_CALL_LEASE_MS */
-    char lease_text[16];
 
     pthread_t runner;
     int runner_started;
@@ -62,43 +62,6 @@ struct st_dispatcher {
 
     st_metric_t *m_calls_ok, *m_calls_failed, *m_calls_refused, *m_duration;
 };
-
-/* Returns sent calls whose lease has passed (their executor died or lost the
- * database) to 'pending'; the worker will see the same idempotency key. */
-static const char *const sql_calls_recover =
-    "UPDATE strand.calls c SET status = 'pending', claimed_by = NULL, lease_until = NULL,"
-    " updated_at = now() FROM (SELECT id, claimed_by FROM strand.calls WHERE status = 'sent'"
-    " AND lease_until < now() ORDER BY lease_until LIMIT 100 FOR UPDATE SKIP LOCKED) old"   /* at most 100 a batch */
-    " WHERE c.id = old.id RETURNING c.id, c.instance_id, old.claimed_by";
-/* Claims up to $1 pending calls under a lease of $3 ms for node $2. A call whose
- * instance has ended, or whose token no live thread of the instance waits on any more
- * (the engine's snapshot: threads[] not done, their wait.token), is abandoned. */
-static const char *const sql_calls_claim =
-    "WITH picked AS (SELECT id, instance_id, waiting_token FROM strand.calls"
-    "  WHERE status = 'pending' ORDER BY created_at LIMIT $1::int FOR UPDATE SKIP LOCKED),"
-    " judged AS (SELECT p.id, EXISTS (SELECT 1 FROM strand.instances i"
-    "  JOIN strand.runtime_states r ON r.instance_id = i.id WHERE i.id = p.instance_id"
-    "  AND i.status NOT IN ('completed', 'failed', 'cancelled', 'terminated')"
-    "  AND jsonb_path_exists(r.snapshot, '$.threads[*] ? (!(@.done == true)).wait.token ? (@ == $t)',"
-    "                        jsonb_build_object('t', p.waiting_token))) AS live FROM picked p)"
-    " UPDATE strand.calls c SET status = CASE WHEN j.live THEN 'sent' ELSE 'abandoned' END,"
-    " claimed_by = CASE WHEN j.live THEN $2 END,"
-    " lease_until = CASE WHEN j.live THEN now() + make_interval(secs => $3::int / 1000.0) END,"
-    " updated_at = now() FROM judged j WHERE c.id = j.id"
-    " RETURNING c.id, c.instance_id, c.waiting_token, c.transport, c.request::text, c.attempt,"
-    " c.idempotency_key, c.timeout_ms, c.status";
-static const char *const sql_calls_renew =
-    "UPDATE strand.calls SET lease_until = now() + make_interval(secs => $2::int / 1000.0)"
-    " WHERE id = ANY($1::uuid[]) AND status = 'sent'";
-static const char *const sql_next_lease =
-    "SELECT (extract(epoch FROM (min(lease_until) - clock_timestamp())) * 1000)::bigint"
-    " FROM strand.calls WHERE status = 'sent'";
-/* A result is recorded once: a call another dispatcher already answered (after this
- * one's lease passed) or that was abandoned records nothing and signals nothing. */
-static const char *const sql_call_result =
-    "UPDATE strand.calls SET status = $2, result = $3::jsonb, claimed_by = NULL,"
-    " lease_until = NULL, updated_at = now()"
-    " WHERE id = $1::uuid AND status IN ('sent', 'pending') RETURNING 1";
 
 static void call_free(call_t *c)
 {
@@ -139,11 +102,12 @@ static json_t *reply_result(st_err_t err, st_worker_reply_t *reply)
                      "status", (int)reply->status, "body", parsed);
 }
 
-/* Prepares the HTTP request of claimed row `row`; on failure sets c->result. */
-static void prepare_http(call_t *c, PGresult *calls, int row, const char *key)
+/* Prepares the HTTP request of claimed call `row`; on failure sets c->result. */
+static void prepare_http(call_t *c, const st_call_row_t *row)
 {
+    const char *key = row->idempotency_key;
     json_error_t jerr;
-    json_t *request = json_loads(PQgetvalue(calls, row, 4), 0, &jerr);
+    json_t *request = json_loads(row->request_json, 0, &jerr);
     const char *url = json_string_value(json_object_get(request, "url"));
     const char *method = json_string_value(json_object_get(request, "method"));
     json_t *body_json = json_object_get(request, "body");
@@ -159,7 +123,7 @@ static void prepare_http(call_t *c, PGresult *calls, int row, const char *key)
     st_worker_reply_t reply;
     st_err_t err = st_worker_request_new(method, url, body, key, c->instance_id, c->attempt,
                                          json_object_get(request, "headers"),
-                                         atol(PQgetvalue(calls, row, 7)), &c->req, &reply);
+                                         row->timeout_ms, &c->req, &reply);
     if (err != ST_OK)
         c->result = json_pack("{s:b, s:s}", "ok", 0, "error", reply.error);
     else
@@ -190,16 +154,16 @@ static int housekeeping(st_dispatcher_t *d, PGconn *conn)
 static int recover_lapsed(st_dispatcher_t *d, PGconn *conn)
 {
     st_errbuf_t eb;
-    PGresult *res = NULL;
-    if (st_pg_exec(conn, sql_calls_recover, 0, NULL, &res, &eb) != ST_OK) {
+    st_call_row_t *lapsed = NULL;
+    int n = 0;
+    if (st_call_recover_lapsed(conn, &lapsed, &n, &eb) != ST_OK) {
         st_log_warn("could not recover calls with a lapsed lease", "%s", eb.msg);
         return 0;
     }
-    int n = PQntuples(res);
     for (int i = 0; i < n; i++)
         st_log_warn("call lease lapsed, sending it again", "call=%s instance=%s owner=%s",
-                    PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
-    PQclear(res);
+                    lapsed[i].id, lapsed[i].instance_id, lapsed[i].claimed_by);
+    st_call_list_free(lapsed, n);
     /* Other executors may have free places when this one has none. */
     if (n > 0 && st_pg_exec(conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, &eb) != ST_OK)
         return 0;
@@ -224,38 +188,36 @@ static int dispatch_batch(PGconn *conn, void *ctx)
     if (want <= 0)
         return 0;
     st_errbuf_t eb;
-    char limit[16];
-    snprintf(limit, sizeof limit, "%d", want);
-    const char *params[] = {limit, d->svc->cfg.node_id, d->lease_text};
-    PGresult *calls = NULL;
-    if (st_pg_exec(conn, sql_calls_claim, 3, params, &calls, &eb) != ST_OK) {
+    st_call_row_t *calls = NULL;
+    int n = 0;
+    if (st_call_claim(conn, want, d->svc->cfg.node_id, d->lease_ms, &calls, &n, &eb) != ST_OK) {
         st_log_warn("could not claim calls", "%s", eb.msg);
         return -1;
     }
-    int n = PQntuples(calls);
     call_t *head = NULL, **tail = &head;
     int taken = 0;
     for (int i = 0; i < n; i++) {
-        if (strcmp(PQgetvalue(calls, i, 8), "abandoned") == 0) {
+        const st_call_row_t *row = &calls[i];
+        if (row->abandoned) {
             st_log_info("call abandoned: its instance no longer waits for it",
-                        "call=%s instance=%s", PQgetvalue(calls, i, 0), PQgetvalue(calls, i, 1));
+                        "call=%s instance=%s", row->id, row->instance_id);
             continue;
         }
         call_t *c = calloc(1, sizeof *c);
-        if (c == NULL || (c->waiting_token = strdup(PQgetvalue(calls, i, 2))) == NULL)
+        if (c == NULL || (c->waiting_token = strdup(row->waiting_token)) == NULL)
             abort();   /* as the rest of the executor: no memory is not survivable */
-        snprintf(c->id, sizeof c->id, "%s", PQgetvalue(calls, i, 0));
-        snprintf(c->instance_id, sizeof c->instance_id, "%s", PQgetvalue(calls, i, 1));
-        c->attempt = atoi(PQgetvalue(calls, i, 5));
-        if (strcmp(PQgetvalue(calls, i, 3), "http") == 0)
-            prepare_http(c, calls, i, PQgetvalue(calls, i, 6));
+        snprintf(c->id, sizeof c->id, "%s", row->id);
+        snprintf(c->instance_id, sizeof c->instance_id, "%s", row->instance_id);
+        c->attempt = row->attempt;
+        if (strcmp(row->transport, "http") == 0)
+            prepare_http(c, row);
         else
             c->result = json_pack("{s:b, s:s}", "ok", 0, "error", "unsupported call transport");
         *tail = c;
         tail = &c->next;
         taken++;
     }
-    PQclear(calls);
+    st_call_list_free(calls, n);
     pthread_mutex_lock(&d->lock);
     *tail = d->incoming;
     d->incoming = head;
@@ -277,15 +239,15 @@ static long long next_wait_ms(PGconn *conn, void *ctx)
     if (left < 0)
         left = 0;
     st_errbuf_t eb;
-    PGresult *res = NULL;
-    if (st_pg_exec(conn, sql_next_lease, 0, NULL, &res, &eb) == ST_OK && !PQgetisnull(res, 0, 0)) {
-        long long lease = atoll(PQgetvalue(res, 0, 0)) + 20;   /* just past the lapse */
+    long long lease = 0;
+    int has = 0;
+    if (st_call_next_lease_ms(conn, &lease, &has, &eb) == ST_OK && has) {
+        lease += 20;   /* just past the lapse */
         if (lease < 0)
             lease = 0;
         if (lease < left)
             left = lease;
     }
-    PQclear(res);
     return left;
 }
 
@@ -311,23 +273,21 @@ static st_err_t report_tx(PGconn *conn, const call_t *c, st_errbuf_t *eb)
 {
     int ok = json_is_true(json_object_get(c->result, "ok"));
     char *result_text = json_dumps(c->result, JSON_COMPACT);
-    const char *params[] = {c->id, ok ? "succeeded" : "failed", result_text};
     st_signal_t sig;
     st_signal_init(&sig, ST_SIGNAL_CALL_RESULT, c->instance_id, -1);
     snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", c->waiting_token);
     sig.payload = json_pack("{s:s, s:i, s:O}", "call_id", c->id, "attempt", c->attempt,
                             "result", c->result);
-    PGresult *res = NULL;
+    int recorded = 0;
     st_err_t err = st_pg_begin(conn, eb);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_call_result, 3, params, &res, eb);
-    if (err == ST_OK && PQntuples(res) > 0)
+        err = st_call_record_result_tx(conn, c->id, ok, result_text, &recorded, eb);
+    if (err == ST_OK && recorded)
         err = st_signal_enqueue_tx(conn, &sig, eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, eb);
     if (err != ST_OK)
         st_pg_rollback(conn);
-    PQclear(res);
     st_signal_close(&sig);
     free(result_text);
     return err;
@@ -434,22 +394,15 @@ static void renew_leases(st_dispatcher_t *d)
         n++;
     for (call_t *c = d->finished; c != NULL; c = c->next)
         n++;
-    char *ids = malloc(n * 37 + 3);
+    const char **ids = malloc(n * sizeof *ids);
     if (ids == NULL)
         return;
     size_t len = 0;
-    ids[len++] = '{';
     for (int pass = 0; pass < 2; pass++)
-        for (call_t *c = pass ? d->finished : d->running; c != NULL; c = c->next) {
-            memcpy(ids + len, c->id, 36);
-            len += 36;
-            ids[len++] = ',';
-        }
-    ids[len - 1] = '}';
-    ids[len] = '\0';
-    const char *params[] = {ids, d->lease_text};
+        for (call_t *c = pass ? d->finished : d->running; c != NULL; c = c->next)
+            ids[len++] = c->id;
     st_errbuf_t eb;
-    if (st_pg_exec(d->conn, sql_calls_renew, 2, params, NULL, &eb) != ST_OK)
+    if (st_call_renew_leases(d->conn, ids, len, d->lease_ms, &eb) != ST_OK)
         st_log_warn("could not renew call leases", "%s", eb.msg);
     free(ids);
 }
@@ -525,7 +478,6 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
     d->svc = svc;
     d->capacity = svc->cfg.executor_call_concurrency;
     d->lease_ms = svc->cfg.executor_call_lease_ms;
-    snprintf(d->lease_text, sizeof d->lease_text, "%d", d->lease_ms);
     pthread_mutex_init(&d->lock, NULL);
     d->m_calls_ok = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                        "outcome=\"ok\"");

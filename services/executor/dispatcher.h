@@ -5,11 +5,12 @@
  *
  * Two threads in the executor:
  *  - the claimer, on the shared deadline loop (libs/common due_loop.c), wakes on
- *    NOTIFY strand_calls and claims pending rows of strand.calls with FOR UPDATE SKIP
- *    LOCKED, as many as there are free places (STRAND_EXECUTOR_CALL_CONCURRENCY, 32 by
- *    default). A claim marks the call 'sent' under a lease (STRAND_EXECUTOR_CALL_LEASE_MS)
- *    and commits. A call whose instance no longer waits on its token (cancelled, ended,
- *    or moved on) is marked 'abandoned' at the claim and never sent.
+ *    NOTIFY strand_calls and claims pending rows of strand.calls (through libs/common
+ *    call.c, the table's owner) with FOR UPDATE SKIP LOCKED, as many as there are
+ *    free places (STRAND_EXECUTOR_CALL_CONCURRENCY, 32 by default). A claim marks the
+ *    call 'sent' under a lease (STRAND_EXECUTOR_CALL_LEASE_MS) and commits. A call
+ *    whose instance no longer waits on its token (cancelled, ended, or moved on) is
+ *    marked 'abandoned' at the claim and never sent.
  *  - the runner performs the claimed calls at once, all concurrently, on one libcurl
  *    multi handle, each bounded by its own timeout, so one slow or hung worker delays
  *    no other call. It renews the leases of the calls in flight every third of the
@@ -28,9 +29,6 @@
 
 #include "strand/err.h"
 #include "strand/service.h"
-
-/* NOTIFY channel raised with each new call (effects.c), in the call's transaction. */
-#define ST_CALLS_CHANNEL "strand_calls"
 
 typedef struct st_dispatcher st_dispatcher_t;
 

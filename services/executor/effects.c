@@ -1,12 +1,12 @@
 /* effects.c - effects to rows (see effects.h). */
 #include "effects.h"
 
-#include "dispatcher.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/call.h"
+#include "strand/instance_store.h"
 #include "strand/kafka.h"
 #include "strand/notice.h"
 #include "strand/outbox.h"
@@ -22,15 +22,6 @@
 static const char *const sql_child_version =
     "SELECT version FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
-static const char *const sql_child_insert =
-    "INSERT INTO strand.instances (id, definition_name, definition_version, business_ref, status,"
-    " input, parent_instance_id, parent_waiting_token)"
-    " VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb, $6::uuid, $7)";
-static const char *const sql_child_runtime =
-    "INSERT INTO strand.runtime_states (instance_id, state_version) VALUES ($1::uuid, 0)";
-static const char *const sql_call_insert =
-    "INSERT INTO strand.calls (id, instance_id, waiting_token, transport, request, attempt,"
-    " idempotency_key, timeout_ms) VALUES ($1::uuid, $2::uuid, $3, $4, $5::jsonb, $6, $7, $8)";
 
 /* Compact JSON text of `value` (NULL or JSON null -> `fallback`). Caller frees. */
 static char *json_text(const json_t *value, const char *fallback)
@@ -91,18 +82,18 @@ static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json
     char id[37];
     st_uuid_new(id);
     char *input = json_text(json_object_get(effect, "input"), "{}");
-    const char *params[] = {id, definition, version, string_field(effect, "business_ref"),
-                            input, instance_id, string_field(effect, "token")};
-    const char *rs_params[] = {id};
+    st_instance_new_t child = {.id = id, .definition_name = definition,
+                               .definition_version = version,
+                               .business_ref = string_field(effect, "business_ref"),
+                               .input_json = input, .parent_instance_id = instance_id,
+                               .parent_waiting_token = string_field(effect, "token")};
     st_signal_t start;
     st_signal_init(&start, ST_SIGNAL_START, id, 0);
     /* The child's subworkflow depth (the engine bounds it) travels in START's payload. */
     const json_t *depth = json_object_get(effect, "depth");
     if (json_is_integer(depth))
         start.payload = json_pack("{s:I}", "depth", json_integer_value(depth));
-    err = st_pg_exec(conn, sql_child_insert, 7, params, NULL, eb);
-    if (err == ST_OK)
-        err = st_pg_exec(conn, sql_child_runtime, 1, rs_params, NULL, eb);
+    err = st_instance_add_tx(conn, &child, eb);
     if (err == ST_OK)
         err = st_signal_enqueue_tx(conn, &start, eb);
     st_signal_close(&start);
@@ -145,18 +136,23 @@ static st_err_t make_call_tx(PGconn *conn, const char *instance_id, const json_t
     /* Kafka transport: a work event awaiting a processed ACK that carries the result. */
     if (strcmp(transport, "kafka") == 0)
         return emit_work_tx(conn, instance_id, effect, token, eb);
-    char id[37], attempt[16], timeout[16];
+    char id[37];
     st_uuid_new(id);
     const json_t *a = json_object_get(effect, "attempt");
     const json_t *t = json_object_get(effect, "timeout_ms");
-    snprintf(attempt, sizeof attempt, "%lld", json_is_integer(a) ? (long long)json_integer_value(a) : 1);
-    snprintf(timeout, sizeof timeout, "%lld", json_is_integer(t) ? (long long)json_integer_value(t) : 30000);
     char *request = json_text(json_object_get(effect, "request"), "{}");
-    const char *params[] = {id, instance_id, token, transport, request, attempt, key, timeout};
-    st_err_t err = st_pg_exec(conn, sql_call_insert, 8, params, NULL, eb);
+    st_call_new_t call = {
+        .id = id,
+        .instance_id = instance_id,
+        .waiting_token = token,
+        .transport = transport,
+        .request_json = request,
+        .attempt = json_is_integer(a) ? (long long)json_integer_value(a) : 1,
+        .idempotency_key = key,
+        .timeout_ms = json_is_integer(t) ? (long long)json_integer_value(t) : 30000,
+    };
+    st_err_t err = st_call_add_tx(conn, &call, eb);
     free(request);
-    if (err == ST_OK)
-        err = st_pg_exec(conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, eb);
     return err;
 }
 

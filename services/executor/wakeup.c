@@ -378,6 +378,8 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
         json_decref(next.effects);
         run->snapshot = next.snapshot;
         run->status = next.status;
+        json_decref(run->waiting_in);
+        run->waiting_in = next.waiting_in;
     }
     return ST_OK;
 }
@@ -430,28 +432,9 @@ static st_err_t process_history_tx(PGconn *conn, const st_signal_t *sig, const s
         json_decref(detail);
         return ST_OK;
     }
-    /* The state each live thread stands in: the first step of its bottom frame. */
-    json_t *states = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(run->snapshot, "threads"), i, t) {
-        if (json_is_true(json_object_get(t, "done")) || json_is_true(json_object_get(t, "daemon")))
-            continue;
-        size_t depth = json_array_size(json_object_get(t, "stack"));
-        const char *path = json_string_value(json_object_get(
-            json_array_get(json_object_get(t, "stack"), depth ? depth - 1 : 0), "path"));
-        char name[128] = "";
-        if (path && strncmp(path, "/states/", 8) == 0)
-            sscanf(path + 8, "%127[^/]", name);
-        int seen = 0;
-        size_t j;
-        json_t *s;
-        json_array_foreach(states, j, s)
-            seen |= strcmp(json_string_value(s), name) == 0;
-        if (name[0] && !seen)
-            json_array_append_new(states, json_string(name));
-    }
-    json_object_set_new(detail, "waiting_in", states);
+    /* The state each live thread stands in: the engine's run result says (engine.h). */
+    json_object_set_new(detail, "waiting_in",
+                        run->waiting_in ? json_incref(run->waiting_in) : json_array());
     json_object_set_new(detail, "status", json_string(status_name(run->status)));
     return history_add_tx(conn, sig->instance_id, kind, detail, eb);
 }

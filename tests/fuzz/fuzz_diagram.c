@@ -1,5 +1,5 @@
 /*
- * fuzz_diagram.c - libFuzzer harness for the API's definition diagrams: any JSON
+ * fuzz_diagram.c - libFuzzer harness for definition diagrams (libs/diagram): any JSON
  * object as a stored canonical definition (a flow, lifecycle or process, with its
  * `__snapshot` and `__done_tasks` as an instance overlay) must give DOT text that
  * Graphviz reads (every user string escaped), or a clean refusal; never a crash, a
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "diagram.h"
+#include "strand/diagram.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -551,6 +551,36 @@ static void test_parallel_next_states_and_dead_ends(void)
     free(name);
 }
 
+/* An RPC's answer writes a local attribute into the snapshot's state (through the
+ * engine, st_snapshot_with_locals): the other locals are kept, the state version moves
+ * by one, and the process goes on from there. */
+static void test_rpc_writes_local_attributes(void)
+{
+    char *name = import_static(
+        "rpclocal", NULL,
+        "\"attributes\":{\"local\":{\"n\":{\"default\":0},\"keep\":{\"default\":\"k\"}}},"
+        "\"queues\":[\"q\"],\"rpcs\":[{\"name\":\"set\",\"url\":\"URL/demo/rpc\"}],"
+        "\"start\":[\"main\"],\"states\":["
+        "{\"id\":\"main\",\"wait_until\":{\"commands\":[{\"type\":\"queue\",\"name\":\"q\"}]},\"next\":[]}]");
+    char ref[80], path[200], sql[400];
+    snprintf(ref, sizeof ref, "rpclocal_%s", sfx);
+    long status;
+    char *id = start_process(name, ref, "{}", &status);
+    CU_ASSERT_EQUAL_FATAL(status, 201);
+    CU_ASSERT_EQUAL(wait_history(id, "process_started", 1, 10), 1);
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
+    char *before = sql_text(sql);
+    snprintf(path, sizeof path, "/v1/instances/%s/rpc/set", id);
+    CU_ASSERT_EQUAL(post(path, "{\"input\":{\"attributes\":{\"n\":5}}}", NULL), 200);
+    snprintf(sql, sizeof sql,
+             "SELECT (snapshot->'state')::text || ' ' || state_version - %s"
+             " FROM strand.runtime_states WHERE instance_id = '%s'", before, id);
+    CU_ASSERT_TRUE(sql_text_is(sql, "{\"n\": 5, \"keep\": \"k\"} 1"));
+    free(before);
+    free(id);
+    free(name);
+}
+
 /* An RPC starts a new thread in a state its declaration lists (threads); that thread's
  * execute completes the process while the main thread still waits. */
 static void test_rpc_starts_a_thread(void)
@@ -801,6 +831,7 @@ int main(void)
         {"any_of and all_of", test_any_of_and_all_of},
         {"parallel next states and dead ends", test_parallel_next_states_and_dead_ends},
         {"rpc starts a thread", test_rpc_starts_a_thread},
+        {"rpc writes local attributes", test_rpc_writes_local_attributes},
         {"rpc does not stall the api", test_rpc_does_not_stall_the_api},
         {"id reuse policies", test_id_reuse_policies},
         {"worker retried with backoff", test_worker_retried_with_backoff},

@@ -616,7 +616,42 @@ static void test_every_validator_error(void)
     json_decref(p);
 }
 
-ST_TEST_MAIN("process", ST_TEST(test_signup_verified_by_queue),
+/* The engine's part of a process's timeline and of an RPC (engine.h): a run names the
+ * states its live threads stand in; the snapshot's locals and status change only
+ * through engine calls, which leave the stored snapshot untouched. */
+static void test_run_result_and_snapshot_edits(void)
+{
+    st_defn_t *d = st_et_compile_doc(SIGNUP);
+    json_t *start = json_pack("{s:s, s:{s:s}}", "type", "START", "input", "email", "a@b.c");
+    st_run_result_t r;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_interp_run(d, NULL, start, ID, NOW, &r, &eb), ST_OK);
+    json_decref(start);
+    CU_ASSERT_TRUE_FATAL(json_is_array(r.waiting_in));
+    CU_ASSERT_EQUAL(json_array_size(r.waiting_in), 1);   /* the timeout's daemon left out */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(r.waiting_in, 0)) ?: "", "submit");
+
+    json_t *locals = json_pack("{s:i}", "reminders", 3);
+    json_t *changed = st_snapshot_with_locals(r.snapshot, locals);
+    json_t *state = json_object_get(changed, "state");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(state, "reminders")), 3);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(state, "channel")) ?: "", "email");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(r.snapshot, "state"), "reminders")), 0);
+    CU_ASSERT_EQUAL(st_snapshot_check(d, changed, &eb), ST_OK);
+    json_t *ended = st_snapshot_with_status(changed, "terminated");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(ended, "status")) ?: "", "terminated");
+    CU_ASSERT_TRUE(json_equal(json_object_get(changed, "status"), json_object_get(r.snapshot, "status")));
+    CU_ASSERT_PTR_NULL(st_snapshot_with_status(NULL, "terminated"));
+    CU_ASSERT_PTR_NULL(st_snapshot_with_locals(NULL, locals));
+    json_decref(ended);
+    json_decref(changed);
+    json_decref(locals);
+    st_run_result_close(&r);
+    CU_ASSERT_PTR_NULL(r.waiting_in);
+    st_defn_free(d);
+}
+
+ST_TEST_MAIN("process", ST_TEST(test_signup_verified_by_queue), ST_TEST(test_run_result_and_snapshot_edits),
              ST_TEST(test_state_reentered_by_timer_gets_new_keys),
              ST_TEST(test_parallel_next_states_and_dead_ends),
              ST_TEST(test_fail_decision_and_process_timeout),

@@ -4,4 +4,141 @@
 
 #include <stdlib.h>
 
+/* ---- arch2: the existing writes, moved here ---------------------------------------- */
+
+#include "strand/pg.h"
+
+/* $1 id, $2 name, $3 version, $4 business_ref, $5 input, $6 parent, $7 parent's token,
+ * $8 lifecycle. */
+#define INSTANCE_INSERT_CTES                                                                \
+    "WITH i AS (INSERT INTO strand.instances (id, definition_name, definition_version,"     \
+    "   business_ref, status, input, parent_instance_id, parent_waiting_token, lifecycle)"  \
+    "   VALUES ($1::uuid, $2, $3, $4, 'pending', $5::jsonb, $6::uuid, $7, $8::boolean)"     \
+    "   RETURNING *),"                                                                      \
+    " rs AS (INSERT INTO strand.runtime_states (instance_id, state_version)"                \
+    "   SELECT id, 0 FROM i RETURNING *)"
+static const char *const sql_instance_add =
+    INSTANCE_INSERT_CTES " SELECT 1 FROM i JOIN rs ON rs.instance_id = i.id";
+static const char *const sql_instance_add_view =
+    INSTANCE_INSERT_CTES " SELECT" ST_INSTANCE_VIEW_COLUMNS " FROM i JOIN rs ON rs.instance_id = i.id";
+static const char *const sql_instance_end =
+    "UPDATE strand.instances SET status = $2, updated_at = now(), ended_at = now(),"
+    " error = $3::jsonb WHERE id = $1::uuid";
+static const char *const sql_instance_touch =
+    "UPDATE strand.instances SET updated_at = now() WHERE id = $1::uuid";
+static const char *const sql_runtime_lock =
+    "SELECT state_version, snapshot::text FROM strand.runtime_states"
+    " WHERE instance_id = $1::uuid FOR UPDATE";
+static const char *const sql_runtime_lock_version =
+    "SELECT state_version FROM strand.runtime_states WHERE instance_id = $1::uuid FOR UPDATE";
+static const char *const sql_runtime_put =
+    "UPDATE strand.runtime_states SET state_version = state_version + 1, snapshot = $2::jsonb"
+    " WHERE instance_id = $1::uuid";
+static const char *const sql_runtime_end =
+    "UPDATE strand.runtime_states SET state_version = state_version + 1, waiting_kind = NULL,"
+    " waiting_token = NULL, waiting_until = NULL, snapshot = $2::jsonb"
+    " WHERE instance_id = $1::uuid";
+
+static void instance_params(const st_instance_new_t *inst, const char *params[8])
+{
+    params[0] = inst->id;
+    params[1] = inst->definition_name;
+    params[2] = inst->definition_version;
+    params[3] = inst->business_ref;
+    params[4] = inst->input_json ? inst->input_json : "{}";
+    params[5] = inst->parent_instance_id;
+    params[6] = inst->parent_waiting_token;
+    params[7] = inst->lifecycle ? "true" : "false";
+}
+
+st_err_t st_instance_add_tx(PGconn *conn, const st_instance_new_t *inst, st_errbuf_t *eb)
+{
+    const char *params[8];
+    instance_params(inst, params);
+    return st_pg_exec(conn, sql_instance_add, 8, params, NULL, eb);
+}
+
+st_err_t st_instance_add_commit(PGconn *conn, const st_instance_new_t *inst, PGresult **view,
+                                st_errbuf_t *eb)
+{
+    const char *params[8];
+    instance_params(inst, params);
+    return st_pg_exec_commit(conn, sql_instance_add_view, 8, params, view, eb);
+}
+
+st_err_t st_instance_end_tx(PGconn *conn, const char *id, const char *status,
+                            const char *error_json, st_errbuf_t *eb)
+{
+    const char *params[] = {id, status, error_json};
+    return st_pg_exec(conn, sql_instance_end, 3, params, NULL, eb);
+}
+
+st_err_t st_instance_touch_tx(PGconn *conn, const char *id, st_errbuf_t *eb)
+{
+    const char *params[] = {id};
+    return st_pg_exec(conn, sql_instance_touch, 1, params, NULL, eb);
+}
+
+st_err_t st_runtime_state_lock_tx(PGconn *conn, const char *id, int *found, long long *version,
+                                  json_t **snapshot, st_errbuf_t *eb)
+{
+    const char *params[] = {id};
+    PGresult *res = NULL;
+    *found = 0;
+    if (snapshot != NULL)
+        *snapshot = NULL;
+    st_err_t err = st_pg_exec(conn, snapshot ? sql_runtime_lock : sql_runtime_lock_version, 1,
+                              params, &res, eb);
+    if (err == ST_OK && PQntuples(res) > 0) {
+        *found = 1;
+        *version = atoll(PQgetvalue(res, 0, 0));
+        if (snapshot != NULL && !PQgetisnull(res, 0, 1)) {
+            json_error_t jerr;
+            *snapshot = json_loads(PQgetvalue(res, 0, 1), 0, &jerr);
+            if (*snapshot == NULL)
+                err = st_err_set(eb, ST_ERR_INVALID, "instance %s: stored snapshot is not JSON: %s",
+                                 id, jerr.text);
+        }
+    }
+    PQclear(res);
+    return err;
+}
+
+/* Compact JSON text of `snapshot`, NULL for none; `*err` set when encoding failed. */
+static char *snapshot_text(const json_t *snapshot, st_err_t *err, st_errbuf_t *eb)
+{
+    *err = ST_OK;
+    if (snapshot == NULL || json_is_null(snapshot))
+        return NULL;
+    char *text = json_dumps(snapshot, JSON_COMPACT);
+    if (text == NULL)
+        *err = st_err_set(eb, ST_ERR_NOMEM, "could not encode a snapshot");
+    return text;
+}
+
+static st_err_t runtime_write(PGconn *conn, const char *sql, const char *id,
+                              const json_t *snapshot, st_errbuf_t *eb)
+{
+    st_err_t err;
+    char *text = snapshot_text(snapshot, &err, eb);
+    if (err != ST_OK)
+        return err;
+    const char *params[] = {id, text};
+    err = st_pg_exec(conn, sql, 2, params, NULL, eb);
+    free(text);
+    return err;
+}
+
+st_err_t st_runtime_state_put_tx(PGconn *conn, const char *id, const json_t *snapshot,
+                                 st_errbuf_t *eb)
+{
+    return runtime_write(conn, sql_runtime_put, id, snapshot, eb);
+}
+
+st_err_t st_runtime_state_end_tx(PGconn *conn, const char *id, const json_t *snapshot,
+                                 st_errbuf_t *eb)
+{
+    return runtime_write(conn, sql_runtime_end, id, snapshot, eb);
+}
+
 #include "strand/pg.h"

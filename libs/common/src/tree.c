@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/call.h"
 #include "strand/pg.h"
 #include "strand/task.h"
 #include "strand/work.h"
@@ -16,9 +17,7 @@
  * everything; else only what the wait $2 owns. */
 static const char *const sql_tree_end =
     "WITH " ST_TASK_CANCEL_CTES("$1::uuid", "$2", "$3::jsonb") ","
-    " c AS (UPDATE strand.calls SET status = 'cancelled', updated_at = now()"
-    "   WHERE instance_id = $1::uuid AND status = 'pending'"
-    "   AND ($2::text IS NULL OR waiting_token = $2)),"
+    " c AS (" ST_CALL_CANCEL_SQL("$1::uuid", "$2") "),"
     " a AS (" ST_ACK_CANCEL_CALLS_SQL("$1::uuid", "$2") ")"
     " SELECT id, parent_waiting_token FROM strand.instances"
     " WHERE parent_instance_id = $1::uuid AND ($2::text IS NULL OR parent_waiting_token = $2)"

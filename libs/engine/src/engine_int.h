@@ -23,6 +23,9 @@ st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_
  * step form (new reference), which the flow interpreter runs. */
 void st_process_validate(const json_t *doc, json_t *problems);
 json_t *st_process_canonical(const json_t *doc);
+/* The states the live threads of a process's snapshot stand in (st_run_result_t's
+ * waiting_in). Caller decrefs the new array. */
+json_t *st_process_waiting_in(const json_t *snapshot);
 
 /* limits.c: the JSON size of `v` (about the length of its compact JSON text) and its
  * nesting depth, measured until either passes its limit. Each value visited costs one

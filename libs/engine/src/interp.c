@@ -1074,6 +1074,8 @@ st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, con
                                                       : ST_RUN_WAITING;
     result->snapshot = r.snap;
     result->effects = r.effects;
+    if (strcmp(st_defn_kind(defn), "process") == 0)
+        result->waiting_in = st_process_waiting_in(r.snap);
     return ST_OK;
 }
 
@@ -1081,6 +1083,8 @@ void st_run_result_close(st_run_result_t *result)
 {
     json_decref(result->snapshot);
     json_decref(result->effects);
+    json_decref(result->waiting_in);
     result->snapshot = NULL;
     result->effects = NULL;
+    result->waiting_in = NULL;
 }

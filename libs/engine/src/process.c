@@ -815,3 +815,30 @@ json_t *st_process_canonical(const json_t *doc)
         json_object_set_new(out, "globals", globals_decl);
     return out;
 }
+
+json_t *st_process_waiting_in(const json_t *snapshot)
+{
+    /* The state each live thread stands in: the first step of its bottom frame, whose
+     * path is /states/<name>/... in the canonical form compiled above. */
+    json_t *states = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(snapshot, "threads"), i, t) {
+        if (json_is_true(json_object_get(t, "done")) || json_is_true(json_object_get(t, "daemon")))
+            continue;
+        size_t depth = json_array_size(json_object_get(t, "stack"));
+        const char *path = json_string_value(json_object_get(
+            json_array_get(json_object_get(t, "stack"), depth ? depth - 1 : 0), "path"));
+        char name[128] = "";
+        if (path && strncmp(path, "/states/", 8) == 0)
+            sscanf(path + 8, "%127[^/]", name);
+        int seen = 0;
+        size_t j;
+        json_t *s;
+        json_array_foreach(states, j, s)
+            seen |= strcmp(json_string_value(s), name) == 0;
+        if (name[0] && !seen)
+            json_array_append_new(states, json_string(name));
+    }
+    return states;
+}

@@ -171,3 +171,30 @@ json_t *st_snapshot_waiting_signals(const json_t *snapshot)
     }
     return names;
 }
+
+json_t *st_snapshot_with_status(const json_t *snapshot, const char *status)
+{
+    if (snapshot == NULL)
+        return NULL;
+    json_t *out = json_deep_copy(snapshot);
+    if (json_is_object(out))
+        json_object_set_new(out, "status", json_string(status));
+    return out;
+}
+
+json_t *st_snapshot_with_locals(const json_t *snapshot, const json_t *locals)
+{
+    if (snapshot == NULL)
+        return NULL;
+    json_t *out = json_deep_copy(snapshot);
+    if (!json_is_object(out))
+        return out;
+    json_t *state = json_object_get(out, "state");
+    if (!json_is_object(state)) {
+        state = json_object();
+        json_object_set_new(out, "state", state);
+    }
+    if (json_is_object(locals))
+        json_object_update(state, (json_t *)locals);
+    return out;
+}

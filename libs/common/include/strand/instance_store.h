@@ -13,4 +13,78 @@
 
 #include "strand/err.h"
 
+/* ---- arch2: the existing writes, moved here ---------------------------------------- */
+
+/* A new instance, status pending, with its runtime state at version 0. Every string
+ * is borrowed; NULL leaves the column NULL (input_json NULL: {}). */
+typedef struct st_instance_new {
+    const char *id;                      /* a fresh uuid */
+    const char *definition_name;
+    const char *definition_version;      /* as text: the pinned version */
+    const char *business_ref;
+    const char *input_json;
+    const char *parent_instance_id;      /* a child: its parent and the parent's wait */
+    const char *parent_waiting_token;
+    int lifecycle;                       /* a lifecycle's instance (one running per reference) */
+} st_instance_new_t;
+
+/* The columns of an instance's view, in this order, over `strand.instances i` joined
+ * with `strand.runtime_states rs`: id, definition_name, definition_version,
+ * business_ref, status, input, output, error (JSON as text), created_at, updated_at,
+ * ended_at, state_version, waiting_kind, waiting_token, waiting_until. */
+#define ST_INSTANCE_VIEW_COLUMNS                                                            \
+    " i.id, i.definition_name, i.definition_version, i.business_ref, i.status,"             \
+    " i.input::text, i.output::text, i.error::text, i.created_at, i.updated_at, i.ended_at," \
+    " rs.state_version, rs.waiting_kind, rs.waiting_token, rs.waiting_until"
+
+/* Inserts instance `inst` and its runtime state (version 0), in one round trip.
+ * Expects the caller to hold an open transaction on `conn`. */
+st_err_t st_instance_add_tx(PGconn *conn, const st_instance_new_t *inst, st_errbuf_t *eb);
+
+/* st_instance_add_tx() and the COMMIT of the caller's transaction in one round trip
+ * (with any writes the caller queued, e.g. the START's outbox row). On success `*view`
+ * (caller PQclear()s) holds one row, the columns of ST_INSTANCE_VIEW_COLUMNS as
+ * inserted. On failure the caller rolls back. */
+st_err_t st_instance_add_commit(PGconn *conn, const st_instance_new_t *inst, PGresult **view,
+                                st_errbuf_t *eb);
+
+/* Ends instance `id` with `status` ("terminated", ...) and `error_json` (NULL: null),
+ * ended_at and updated_at now. The caller has locked its runtime state first (the
+ * executor's lock order) and written the runtime state's end (st_runtime_state_end_tx).
+ * Expects the caller to hold an open transaction on `conn`. */
+st_err_t st_instance_end_tx(PGconn *conn, const char *id, const char *status,
+                            const char *error_json, st_errbuf_t *eb);
+
+/* Marks instance `id` changed now (updated_at), e.g. after an RPC. Expects the caller
+ * to hold an open transaction on `conn`. */
+st_err_t st_instance_touch_tx(PGconn *conn, const char *id, st_errbuf_t *eb);
+
+/* Locks instance `id`'s runtime state (FOR UPDATE) and reads it: `*found` 0 when there
+ * is none; else `*version` and, when `snapshot` is not NULL, `*snapshot` (caller
+ * decrefs; NULL while the instance has not run yet). Expects the caller to hold an
+ * open transaction on `conn`. */
+st_err_t st_runtime_state_lock_tx(PGconn *conn, const char *id, int *found, long long *version,
+                                  json_t **snapshot, st_errbuf_t *eb);
+
+/* Replaces instance `id`'s snapshot with `snapshot` (borrowed; NULL: none), one
+ * state_version up; what it waits for is unchanged. Use with an engine call that
+ * changed the snapshot (st_snapshot_set_locals()). The caller holds the row's lock
+ * (st_runtime_state_lock_tx) in its open transaction on `conn`. */
+st_err_t st_runtime_state_put_tx(PGconn *conn, const char *id, const json_t *snapshot,
+                                 st_errbuf_t *eb);
+
+/* The runtime state of an instance ended from outside its wake-up: `snapshot`
+ * (borrowed; NULL: none; the engine's st_snapshot_set_status()), one state_version up,
+ * waiting for nothing. The caller holds the row's lock in its open transaction. */
+st_err_t st_runtime_state_end_tx(PGconn *conn, const char *id, const json_t *snapshot,
+                                 st_errbuf_t *eb);
+
+/* One CTE body for the retention run's one statement (api retention.c): deletes the
+ * instances whose ids the CTE `batch` names, unless `dry` (an SQL boolean) is true;
+ * their runtime states and everything else kept for them go by cascade. Returns 1
+ * per row. */
+#define ST_INSTANCE_PURGE_SQL(batch, dry)                                                   \
+    "DELETE FROM strand.instances i USING " batch " b"                                      \
+    "   WHERE NOT " dry " AND i.id = b.id RETURNING 1"
+
 #endif

@@ -44,6 +44,10 @@ typedef struct {
     json_t *snapshot;          /* new snapshot; caller owns */
     json_t *effects;           /* JSON array of effects; caller owns */
     st_run_status_t status;
+    /* A process only (NULL for flows and lifecycles), for its timeline: the states its
+     * live threads stand in after the run, in thread order, without duplicates (a JSON
+     * array of names; the process timeout's daemon thread left out). Caller owns. */
+    json_t *waiting_in;
 } st_run_result_t;
 
 /* Runs an instance until it must wait or ends. Pure: no I/O.
@@ -84,7 +88,7 @@ st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, con
                               const char *instance_id, long long now_ms, st_run_budget_t *budget,
                               st_run_result_t *result, st_errbuf_t *eb);
 
-/* Releases both JSON values and zeroes the result. */
+/* Releases the result's JSON values and zeroes it. */
 void st_run_result_close(st_run_result_t *result);
 
 /* Checks that a stored snapshot fits `defn` (schema version, status, threads, frames
@@ -97,6 +101,19 @@ st_err_t st_snapshot_check(const st_defn_t *defn, const json_t *snapshot, st_err
  * on several queues at once; deliver a buffered signal whose name is in this list.
  * Caller decrefs the new array. */
 json_t *st_snapshot_waiting_signals(const json_t *snapshot);
+
+/* The engine owns the snapshot's shape: code outside libs/engine changes a stored
+ * snapshot only through these calls, never by editing its JSON. Each is pure, takes
+ * the stored snapshot (borrowed; NULL: an instance that has not run yet) and returns
+ * the new one (caller decrefs), NULL for NULL. */
+
+/* `snapshot` with its status set to `status` ("terminated", "cancelled"): an instance
+ * ended from outside its wake-up (the API's id reuse). */
+json_t *st_snapshot_with_status(const json_t *snapshot, const char *status);
+
+/* `snapshot` with the process's local attributes `locals` (an object, borrowed)
+ * written over its state (its other attributes kept): an RPC's answer. */
+json_t *st_snapshot_with_locals(const json_t *snapshot, const json_t *locals);
 
 /* ---- limits (docs/configuration.md, "Engine limits") ---------------------------------
  *

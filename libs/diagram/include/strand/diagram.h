@@ -1,7 +1,9 @@
 /*
- * diagram.h - a definition drawn as a graph (Graphviz), with an optional overlay of
- * one instance: the nodes on the path it took ("visited") and where it waits now
- * ("waiting"). Pure: no I/O besides Graphviz's in-memory layout; no libevent.
+ * diagram.h - libs/diagram, beside the engine: a definition drawn as a graph
+ * (Graphviz), with an optional overlay of one instance: the nodes on the path it took
+ * ("visited") and where it waits now ("waiting"). Pure: no I/O besides Graphviz's
+ * in-memory layout; no libevent. The one place outside libs/engine that knows the
+ * canonical forms of all three definition kinds; the API calls it.
  *
  * Nodes carry stable SVG ids: "step-<step id>" for flow steps, "state-<name>" for
  * lifecycle and process states, "start" and "end". The overlay sets the SVG class
@@ -10,8 +12,8 @@
  * (sequence, branches, loops, parallel branches); lifecycles their states and
  * transitions; processes their states and `next` edges.
  */
-#ifndef STRAND_API_DIAGRAM_H
-#define STRAND_API_DIAGRAM_H
+#ifndef STRAND_DIAGRAM_H
+#define STRAND_DIAGRAM_H
 
 #include <jansson.h>
 #include <stddef.h>

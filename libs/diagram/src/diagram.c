@@ -5,7 +5,7 @@
  * escaped), then laid out and rendered by libgvc in memory. One Graphviz context is
  * shared by the process (plugin loading is slow) behind a mutex.
  */
-#include "diagram.h"
+#include "strand/diagram.h"
 
 #include <gvc.h>
 #include <gvplugin.h>
