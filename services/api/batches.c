@@ -315,9 +315,9 @@ void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *un
     if (err == ST_OK) {
         char target[64];
         snprintf(target, sizeof target, "batch:%s", id);
-        json_t *detail = json_pack("{s:s, s:O, s:O, s:I}", "action", action, "filter", filter_doc,
-                                   "args", args ? (json_t *)args : json_object(), "total",
-                                   (json_int_t)total);
+        json_t *detail = json_pack("{s:s, s:O, s:o, s:I}", "action", action, "filter", filter_doc,
+                                   "args", args ? json_incref((json_t *)args) : json_object(),
+                                   "total", (json_int_t)total);
         st_audit_entry_t entry = {who->name, "batch_create", "applied", NULL, target, NULL, NULL,
                                   detail};
         err = st_audit_add_tx(conn, &entry, &eb);
