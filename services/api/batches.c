@@ -156,9 +156,16 @@ static int parse_filter(const json_t *filter, st_batch_filter_t *f, char *versio
             return 0;
         }
     }
-    int bad = 0;
+    /* bad[k]: member k is present but not a string of the allowed length */
+    int bad[6] = {0};
     json_t *ver = json_object_get(filter, "version");
-    if ((f->definition = string_member(filter, "definition", 128, &bad)), bad)
+    f->definition = string_member(filter, "definition", 128, &bad[0]);
+    f->status = string_member(filter, "status", 24, &bad[1]);
+    f->business_ref = string_member(filter, "business_ref", 256, &bad[2]);
+    f->created_after = string_member(filter, "created_after", 40, &bad[3]);
+    f->created_before = string_member(filter, "created_before", 40, &bad[4]);
+    f->waiting_kind = string_member(filter, "waiting_kind", 64, &bad[5]);
+    if (bad[0])
         field = "/filter/definition", message = "definition must be a string of 1 to 128 characters";
     else if (ver != NULL && !json_is_null(ver) &&
              (!json_is_integer(ver) || json_integer_value(ver) <= 0 ||
@@ -166,22 +173,19 @@ static int parse_filter(const json_t *filter, st_batch_filter_t *f, char *versio
         field = "/filter/version", message = "version must be a positive integer of at most 2147483647";
     else if (json_is_integer(ver) && f->definition == NULL)
         field = "/filter/version", message = "version needs definition";
-    else if ((f->status = string_member(filter, "status", 24, &bad)), bad ||
-             (f->status != NULL && !one_of(f->status, statuses, sizeof statuses / sizeof statuses[0])))
+    else if (bad[1] || (f->status != NULL && !one_of(f->status, statuses, sizeof statuses / sizeof statuses[0])))
         field = "/filter/status",
         message = "status must be one of pending, running, waiting, paused, completed, failed,"
                   " cancelled, terminated";
-    else if ((f->business_ref = string_member(filter, "business_ref", 256, &bad)), bad)
+    else if (bad[2])
         field = "/filter/business_ref", message = "business_ref must be a string of 1 to 256 characters";
-    else if ((f->created_after = string_member(filter, "created_after", 40, &bad)), bad ||
-             (f->created_after != NULL && !st_api_valid_time(f->created_after)))
+    else if (bad[3] || (f->created_after != NULL && !st_api_valid_time(f->created_after)))
         field = "/filter/created_after",
         message = "created_after must be an ISO 8601 timestamp (2026-11-23 or 2026-11-23T10:00:00Z)";
-    else if ((f->created_before = string_member(filter, "created_before", 40, &bad)), bad ||
-             (f->created_before != NULL && !st_api_valid_time(f->created_before)))
+    else if (bad[4] || (f->created_before != NULL && !st_api_valid_time(f->created_before)))
         field = "/filter/created_before",
         message = "created_before must be an ISO 8601 timestamp (2026-11-23 or 2026-11-23T10:00:00Z)";
-    else if ((f->waiting_kind = string_member(filter, "waiting_kind", 64, &bad)), bad)
+    else if (bad[5])
         field = "/filter/waiting_kind", message = "waiting_kind must be a string of 1 to 64 characters";
     else if (f->definition == NULL && f->status == NULL && f->business_ref == NULL &&
              f->created_after == NULL && f->created_before == NULL && f->waiting_kind == NULL)
