@@ -307,6 +307,71 @@ static void test_bad_input(void)
     CU_ASSERT_TRUE_FATAL(it_wait_http(IT_API, "/readyz", 200, 60));
 }
 
+#define T_SCOPED "bulk-scoped-token-0123456789"
+#define T_VIEWER "bulk-viewer-token-0123456789"
+
+/* Expects `status` (and, for 403, the permission named) from a request with `token`. */
+static void expect_as(const char *token, const char *method, const char *path, const char *body,
+                      long status, const char *perm)
+{
+    json_t *p = NULL;
+    long got = it_req(IT_API, token, method, path, body, &p);
+    if (got != status)
+        fprintf(stderr, "\n%s %s %s: got %ld, want %ld\n", method, path, body ? body : "", got, status);
+    CU_ASSERT_EQUAL(got, status);
+    if (perm != NULL)
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(p, "required_permission")) ?: "", perm);
+    json_decref(p);
+}
+
+/* With authentication on: a grant limited to definition A may create batches whose
+ * filter names A, with the action's own permission; reads span definitions. */
+static void test_permissions(void)
+{
+    char file[256];
+    snprintf(file, sizeof file, "/tmp/strand-test-bulk-tokens-%d.json", (int)getpid());
+    FILE *f = fopen(file, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fprintf(f, "{\"roles\": {\"scoped\": [\"instances:operate@%s\", \"instances:read@%s\"]},"
+               " \"tokens\": [{\"token\": \"%s\", \"principal\": \"scoped\", \"roles\": [\"scoped\"]},"
+               " {\"token\": \"%s\", \"principal\": \"watcher\", \"roles\": [\"viewer\"]}]}",
+            def_a, def_a, T_SCOPED, T_VIEWER);
+    fclose(f);
+    CU_ASSERT_EQUAL(it_stop(IT_API, SIGTERM, 30), 0);
+    setenv("STRAND_AUTH_FILE", file, 1);
+    CU_ASSERT_TRUE_FATAL(it_start(IT_API) > 0);
+    unsetenv("STRAND_AUTH_FILE");
+    CU_ASSERT_TRUE_FATAL(it_wait_http(IT_API, "/readyz", 200, 60));
+    char body[512];
+    snprintf(body, sizeof body, "{\"filter\":{\"definition\":\"%s\"},\"action\":\"cancel\"}", def_b);
+    expect_as(T_SCOPED, "POST", "/v1/batches", body, 403, "instances:operate");
+    expect_as(T_SCOPED, "POST", "/v1/batches", "{\"filter\":{\"status\":\"terminated\"},\"action\":\"cancel\"}",
+              403, "instances:operate");
+    snprintf(body, sizeof body, "{\"filter\":{\"definition\":\"%s\",\"status\":\"terminated\"},"
+             "\"action\":\"terminate\"}", def_a);
+    expect_as(T_SCOPED, "POST", "/v1/batches", body, 403, "instances:terminate");
+    snprintf(body, sizeof body, "{\"filter\":{\"definition\":\"%s\",\"status\":\"terminated\"},"
+             "\"action\":\"signal\",\"args\":{\"name\":\"go\"}}", def_a);
+    expect_as(T_SCOPED, "POST", "/v1/batches", body, 403, "instances:signal");
+    snprintf(body, sizeof body, "{\"filter\":{\"definition\":\"%s\",\"status\":\"terminated\"},"
+             "\"action\":\"cancel\"}", def_a);
+    expect_as(T_SCOPED, "POST", "/v1/batches", body, 201, NULL);   /* selects nothing: completed */
+    expect_as(T_SCOPED, "GET", "/v1/batches", NULL, 403, "instances:read");
+    expect_as(T_VIEWER, "GET", "/v1/batches", NULL, 200, NULL);
+    expect_as(T_VIEWER, "POST", "/v1/batches", body, 403, "instances:operate");
+    expect_as(T_VIEWER, "POST", "/v1/batches/00000000-0000-4000-8000-000000000000/cancel", "{}", 403,
+              "instances:operate");
+    expect_as(NULL, "GET", "/v1/batches", NULL, 401, NULL);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.batch_jobs WHERE created_by = 'scoped'"
+             " AND status = 'completed' AND filter->>'definition' = '%s'", def_a);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    unlink(file);
+    CU_ASSERT_EQUAL(it_stop(IT_API, SIGTERM, 30), 0);
+    CU_ASSERT_TRUE_FATAL(it_start(IT_API) > 0);
+    CU_ASSERT_TRUE_FATAL(it_wait_http(IT_API, "/readyz", 200, 60));
+}
+
 /* A job cancelled before it was worked works nothing; cancelling again is 409. */
 static void test_cancel_a_job(void)
 {
@@ -676,6 +741,7 @@ int main(void)
         {"start the services", test_start_services},
         {"a filter selects exactly its instances, frozen at creation", test_filter_selects_the_right_instances},
         {"bad input: 400 and no job", test_bad_input},
+        {"permissions: limited grants name the definition", test_permissions},
         {"a cancelled job works nothing", test_cancel_a_job},
         {"strandctl batch", test_strandctl},
         {"retry, pause, resume: versioned control signals", test_versioned_actions},
