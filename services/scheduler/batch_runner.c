@@ -22,6 +22,7 @@
 struct st_batch_runner {
     st_due_loop_t *loop;
     int chunk;
+    int test_delay_ms;   /* STRAND_TEST_BATCH_CHUNK_DELAY_MS (tests only; see work_chunk()) */
     st_metric_t *m_done, *m_failed, *m_chunk_seconds, *m_running;
 };
 
@@ -159,6 +160,15 @@ static int work_chunk(PGconn *conn, void *ctx)
             failed++;
         }
     }
+    /* Tests only: hold the chunk's transaction open, its signals enqueued and not yet
+     * committed, so that a test's kill -9 lands inside it (test_bulk). */
+    if (err == ST_OK && r->test_delay_ms > 0) {
+        char delay[16];
+        snprintf(delay, sizeof delay, "%d", r->test_delay_ms);
+        const char *params[] = {delay};
+        err = st_pg_exec(conn, "SELECT pg_sleep($1::int / 1000.0) /* batch chunk test delay */", 1,
+                         params, NULL, &eb);
+    }
     if (err == ST_OK)
         err = st_batch_progress_tx(conn, c.job_id, done, failed, status, sizeof status, &eb);
     if (err == ST_OK && status[0] == '\0') {
@@ -209,6 +219,10 @@ st_err_t st_batch_runner_start(st_service_t *svc, st_batch_runner_t **out, st_er
         return st_err_set(eb, ST_ERR_CONFIG, "STRAND_BATCH_CHUNK must be an integer from 1 to %d",
                           MAX_CHUNK);
     }
+    const char *delay = getenv("STRAND_TEST_BATCH_CHUNK_DELAY_MS");
+    r->test_delay_ms = delay != NULL ? atoi(delay) : 0;
+    if (r->test_delay_ms > 5000)
+        r->test_delay_ms = 5000;
     r->m_done = st_metrics_counter("strand_batch_items_total",
                                    "Batch items worked: done = action enqueued, failed = did not apply",
                                    "outcome=\"done\"");

@@ -628,7 +628,10 @@ static void test_ten_thousand_killed_twice(void)
     CU_ASSERT_EQUAL_FATAL(wait_waiting(def_big, n_big, 400), n_big);
     fprintf(stderr, "\nbulk: %d instances started and waiting in %.1f s\n", n_big, now_s() - t0);
 
-    /* Two scheduler replicas share the job; one is killed -9 twice mid-run. */
+    /* Two scheduler replicas share the job; one is killed -9 twice mid-run, inside a
+     * chunk's transaction: it holds each chunk open 200 ms after enqueueing its
+     * signals, and the test kills it while it does (pg_stat_activity shows it). */
+    setenv("STRAND_TEST_BATCH_CHUNK_DELAY_MS", "200", 1);
     pid_t replica = it_start_replica(IT_SCHEDULER, 1);
     CU_ASSERT_FATAL(replica > 0);
     char body[256];
@@ -646,8 +649,11 @@ static void test_ten_thousand_killed_twice(void)
     double deadline = now_s() + 300;
     while (now_s() < deadline) {
         long long done = job_number(id, "done");
-        if (kills < 2 && done >= (long long)n_big * (kills + 1) / 3) {
-            /* mid-run: the job is still running with items left */
+        if (kills < 2 && done >= (long long)n_big * (kills + 1) / 3 &&
+            it_sql_number("SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+                          " AND query LIKE '%batch chunk test delay%' AND pid <> pg_backend_pid()") > 0) {
+            /* mid-run, mid-chunk: the job is still running with items left, and the
+             * replica sits in a chunk's open transaction */
             killed_at[kills] = done;
             it_kill9(replica);
             replica = it_start_replica(IT_SCHEDULER, 1);
@@ -660,6 +666,7 @@ static void test_ten_thousand_killed_twice(void)
             break;
         usleep(20 * 1000);
     }
+    unsetenv("STRAND_TEST_BATCH_CHUNK_DELAY_MS");
     double worked = now_s() - created;
     job = wait_batch(id, 10);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(job, "status")) ?: "", "completed");
