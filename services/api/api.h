@@ -54,6 +54,12 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *id, con
                     st_answer_t *out);
 void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                 st_answer_t *out);
+/* Bulk operations (batches.c): POST /v1/batches creates a job over the instances its
+ * filter selects (frozen at creation); POST /v1/batches/{id}/cancel stops it. */
+void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *id,
+                         const json_t *args, st_answer_t *out);
+void st_cmd_batch_cancel(PGconn *conn, const st_principal_t *who, const char *id,
+                         const json_t *args, st_answer_t *out);
 /* Admin only: purges instances ended before the cutoff and resolved dead letters
  * (retention.c). */
 void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *id,
@@ -111,6 +117,7 @@ void st_api_acks_register(st_api_t *api);
 void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 void st_api_retention_register(st_api_t *api);
+void st_api_batches_register(st_api_t *api);
 /* A process's RPCs (rpc.c): POST /v1/instances/{id}/rpc/{name}. */
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,
@@ -124,6 +131,10 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
  * always), or the view could not be loaded. One query; used by GET and by hints. */
 int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,
                          st_answer_t *out);
+
+/* True for a time filter this API accepts: an RFC 3339 / ISO 8601 date or timestamp
+ * that exists ("2026-11-23", "2026-11-23T10:00:00Z"); instances.c. */
+int st_api_valid_time(const char *text);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

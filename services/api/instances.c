@@ -397,7 +397,7 @@ static int digits(const char *p, int n)
 
 /* A time filter: an RFC 3339 / ISO 8601 date or timestamp that exists ("2026-11-23",
  * "2026-11-23T10:00:00Z", "2026-11-23T10:00:00.5+01:00"); no 2026-02-31, no 25:00. */
-static int valid_time(const char *text)
+int st_api_valid_time(const char *text)
 {
     static const int month_days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     size_t len = strlen(text);
@@ -455,11 +455,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
     }
     const char *after = st_http_query(req, "created_after");
     const char *before = st_http_query(req, "created_before");
-    if ((after && !valid_time(after)) || (before && !valid_time(before))) {
+    if ((after && !st_api_valid_time(after)) || (before && !st_api_valid_time(before))) {
         st_answer_problem(&answer, 400, "invalid_time",
                           "created_after and created_before must be ISO 8601 timestamps"
                           " (2026-11-23 or 2026-11-23T10:00:00Z)",
-                          after && !valid_time(after) ? "/created_after" : "/created_before", NULL);
+                          after && !st_api_valid_time(after) ? "/created_after" : "/created_before", NULL);
         st_api_reply(req, &answer);
         return;
     }

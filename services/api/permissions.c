@@ -53,6 +53,12 @@ static const st_perm_rule_t route_rules[] = {
     RULE("POST", "/v1/dead-letters/{id}/discard", DEAD_LETTERS_OPERATE, NONE),
     RULE("POST", "/v1/triggers", TRIGGERS_SEND, ARG_DEFINITION),
     RULE("POST", "/v1/retention/run", ADMIN, NONE),
+    /* Bulk operations: the command checks the action's own permission too (terminate,
+     * signal), and a limited grant against the filter's definition (batches.c). */
+    RULE("POST", "/v1/batches", INSTANCES_OPERATE, ANY),
+    RULE("GET", "/v1/batches", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/batches/{id}", INSTANCES_READ, NONE),
+    RULE("POST", "/v1/batches/{id}/cancel", INSTANCES_OPERATE, NONE),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the

@@ -227,6 +227,13 @@ static void usage(void)
           "                [--payload JSON] [--version N]   (lifecycles)\n"
           "  retention run (--older-than-days N | --older-than-s N) [--limit N] [--dry-run true]\n"
           "                                  (admin)\n"
+          "  batch create ACTION [--definition D] [--version N] [--status S] [--business-ref R]\n"
+          "               [--created-after T] [--created-before T] [--waiting-kind K]\n"
+          "               [--reason TEXT] [--name SIGNAL] [--payload JSON]\n"
+          "                                  ACTION: cancel terminate signal retry pause resume\n"
+          "  batch list [--status running|completed|failed|cancelled] [--limit N] [--cursor C]\n"
+          "  batch get ID                    progress and the first failures\n"
+          "  batch cancel ID\n"
           "  health                          the API's readiness\n"
           "  metrics                         the API's Prometheus metrics\n"
           "  openapi                         the API's OpenAPI document\n"
@@ -656,6 +663,64 @@ static int cmd_retention(const ctl_t *ctl, const args_t *a)
     return 2;
 }
 
+static void human_batches(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item)
+        printf("%-36s  %-9s  %-9s  %lld/%lld done, %lld failed  %s\n",
+               json_string_value(json_object_get(item, "id")),
+               json_string_value(json_object_get(item, "status")),
+               json_string_value(json_object_get(item, "action")),
+               (long long)json_integer_value(json_object_get(item, "done")),
+               (long long)json_integer_value(json_object_get(item, "total")),
+               (long long)json_integer_value(json_object_get(item, "failed")),
+               json_string_value(json_object_get(item, "created_at")));
+    const char *next = json_string_value(json_object_get(answer, "next_cursor"));
+    if (next != NULL)
+        printf("(more: --cursor %s)\n", next);
+}
+
+static int cmd_batch(const ctl_t *ctl, const args_t *a)
+{
+    const char *sub = a->npos > 0 ? a->pos[0] : "";
+    char path[1024], query[900];
+    if (strcmp(sub, "create") == 0 && a->npos == 2) {
+        json_t *filter = json_object(), *args = json_object();
+        int ok = copy_opt(a, "definition", filter, "definition", 0) &&
+                 int_opt(a, "version", filter, "version") &&
+                 copy_opt(a, "status", filter, "status", 0) &&
+                 copy_opt(a, "business-ref", filter, "business_ref", 0) &&
+                 copy_opt(a, "created-after", filter, "created_after", 0) &&
+                 copy_opt(a, "created-before", filter, "created_before", 0) &&
+                 copy_opt(a, "waiting-kind", filter, "waiting_kind", 0) &&
+                 copy_opt(a, "reason", args, "reason", 0) && copy_opt(a, "name", args, "name", 0) &&
+                 copy_opt(a, "payload", args, "payload", 1);
+        json_t *body = json_pack("{s:o, s:s, s:o}", "filter", filter, "action", a->pos[1], "args", args);
+        if (!ok) {
+            json_decref(body);
+            return 2;
+        }
+        return post(ctl, "/v1/batches", body, print_object);
+    }
+    if (strcmp(sub, "list") == 0 && a->npos == 1) {
+        static const char *const keys[] = {"status", "status", "limit", "limit", "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/batches%s", query);
+        return run(ctl, "GET", path, NULL, human_batches);
+    }
+    if (strcmp(sub, "get") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/batches/%s", a->pos[1]);
+        return run(ctl, "GET", path, NULL, print_object);
+    }
+    if (strcmp(sub, "cancel") == 0 && a->npos == 2) {
+        snprintf(path, sizeof path, "/v1/batches/%s/cancel", a->pos[1]);
+        return post(ctl, path, json_object(), print_object);
+    }
+    usage();
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     ctl_t ctl = {getenv("STRAND_API_URL") ? getenv("STRAND_API_URL") : "http://127.0.0.1:8080", 0};
@@ -699,6 +764,8 @@ int main(int argc, char **argv)
         rc = cmd_triggers(&ctl, &a);
     else if (strcmp(group, "retention") == 0)
         rc = cmd_retention(&ctl, &a);
+    else if (strcmp(group, "batch") == 0)
+        rc = cmd_batch(&ctl, &a);
     else if (strcmp(group, "health") == 0)
         rc = run(&ctl, "GET", "/readyz", NULL, print_object);
     else if (strcmp(group, "metrics") == 0)

@@ -127,6 +127,9 @@ static void test_workload(void)
     CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_pg_transaction_duration_seconds_count", -1) >= 3);
     CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_timers_fired_total", -1) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_timer_lateness_seconds_count", -1) >= 1);
+    /* the batch loop's series exist from start-up (docs/operations.md) */
+    CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_batch_items_total{outcome=\"done\"}", -1) >= 0);
+    CU_ASSERT_TRUE(it_metric(IT_SCHEDULER, "strand_batch_items_total{outcome=\"failed\"}", -1) >= 0);
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_ack_raises_total{stage=\"delivery\"}", -1) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_ack_failures_total", -1) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_dead_letters_total", -1) >= 1);

@@ -82,6 +82,10 @@ static const struct {
      "{\"definition\":\"no_such_def_perm\",\"external_ref\":\"x\",\"event\":\"e\"}"},
     {"POST", "/v1/retention/run", "admin", "/v1/retention/run",
      "{\"older_than_days\":36500,\"dry_run\":true}"},
+    {"POST", "/v1/batches", "instances:operate", "/v1/batches", "{}"},
+    {"GET", "/v1/batches", "instances:read", "/v1/batches?limit=1", NULL},
+    {"GET", "/v1/batches/{id}", "instances:read", "/v1/batches/" ZERO_ID, NULL},
+    {"POST", "/v1/batches/{id}/cancel", "instances:operate", "/v1/batches/" ZERO_ID "/cancel", "{}"},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 

@@ -26,6 +26,12 @@ typedef enum {
     ST_SIGNAL_CANCEL = 8,
     ST_SIGNAL_TERMINATE = 9,
     ST_SIGNAL_CONTINUE = 10,
+    /* Operator control signals (issue 18; applied by the executor's repair and pause
+     * work): payload {"verb", "actor", ...}, expected_version = the version the
+     * operator (or a batch job, under the row lock) saw. */
+    ST_SIGNAL_REPAIR = 11,
+    ST_SIGNAL_PAUSE = 12,
+    ST_SIGNAL_RESUME = 13,
 } st_signal_type_t;
 
 typedef struct {
