@@ -82,6 +82,19 @@ static const struct {
      "{\"definition\":\"no_such_def_perm\",\"external_ref\":\"x\",\"event\":\"e\"}"},
     {"POST", "/v1/retention/run", "admin", "/v1/retention/run",
      "{\"older_than_days\":36500,\"dry_run\":true}"},
+    /* repair verbs (services/api/repair.c) */
+    {"POST", "/v1/instances/{id}/retry", "instances:operate", "/v1/instances/" ZERO_ID "/retry",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/fail", "instances:terminate", "/v1/instances/" ZERO_ID "/fail",
+     "{\"expected_version\":0,\"error\":{\"code\":\"x\"}}"},
+    {"POST", "/v1/instances/{id}/variables", "instances:operate", "/v1/instances/" ZERO_ID "/variables",
+     "{\"expected_version\":0,\"patch\":{}}"},
+    {"POST", "/v1/instances/{id}/fire-timer", "instances:operate", "/v1/instances/" ZERO_ID "/fire-timer",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/skip-wait", "instances:operate", "/v1/instances/" ZERO_ID "/skip-wait",
+     "{\"expected_version\":0}"},
+    {"PUT", "/v1/dead-letters/{id}/payload", "dead-letters:operate", "/v1/dead-letters/999999999/payload",
+     "{\"payload\":{}}"},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 
