@@ -547,19 +547,28 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
         why = "the signal expected another state version";
     else if (ended && !(failed && (verb == ST_REPAIR_RETRY || verb == ST_REPAIR_PATCH_VARIABLES)))
         why = "the instance has already ended";
-    else if (PQgetisnull(state, 0, 1))
-        why = "the instance has not started yet";
     if (why == NULL && verb == ST_REPAIR_RETRY && !failed) {
         err = redeliver_tx(conn, sig, after, &why, eb);
         if (err == ST_OK && why == NULL) {
             json_object_set_new(after, "status", json_string(status));
             err = repair_audit_tx(conn, sig, "applied", before, after, NULL, eb);
+            if (err == ST_OK)
+                err = history_add_tx(conn, sig->instance_id, "repair",
+                                     json_pack("{s:s, s:s, s:O, s:O, s:O}", "signal_id", sig->signal_id,
+                                               "verb", "retry", "actor",
+                                               json_object_get(sig->payload, "actor") ?: json_null(),
+                                               "reason", json_object_get(sig->payload, "reason") ?: json_null(),
+                                               "redelivered_dead_letter_id",
+                                               json_object_get(after, "redelivered_dead_letter_id")),
+                                     eb);
             *outcome = ST_WAKE_APPLIED;
             goto done;
         }
     }
     const st_defn_t *defn = NULL;
     const json_t *globals_decl = NULL;
+    if (err == ST_OK && why == NULL && PQgetisnull(state, 0, 1))
+        why = "the instance has not started yet";   /* (its START may be retried, above) */
     if (err == ST_OK && why == NULL) {
         json_error_t jerr;
         err = defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2), atoi(PQgetvalue(state, 0, 3)), &defn, eb);

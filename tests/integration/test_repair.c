@@ -497,7 +497,7 @@ static void install_failing_write(void)
         " BEGIN RAISE EXCEPTION 'repair test: bad go' USING ERRCODE = 'check_violation'; END $$;"
         "DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states;"
         "CREATE TRIGGER repair_test_refuse BEFORE UPDATE ON strand.runtime_states FOR EACH ROW"
-        " WHEN (NEW.snapshot->'state'->'go'->>'bad' = 'true') EXECUTE FUNCTION public.repair_test_refuse()"));
+        " WHEN (NEW.snapshot->'state'->'go'->>'bad' = 'true' OR NEW.snapshot->'input'->>'boom' = 'true') EXECUTE FUNCTION public.repair_test_refuse()"));
 }
 
 /* Starts the signal flow and sends go {bad: true}; returns the instance once its wake-up
@@ -551,8 +551,15 @@ static void test_dead_letters(void)
     free(id);
     free(letter);
 
-    /* retry of a live instance whose wake-up was dead-lettered, once the cause is gone */
+    /* retry of a live instance whose wake-up was dead-lettered, once the cause is gone;
+     * and of one whose START was (it never ran a step) */
     id = dead_lettered(&letter);
+    char *unstarted = start(sig_flow, "{\"boom\":true}", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(unstarted);
+    snprintf(sql, sizeof sql, "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+             " WHERE instance_id = '%s' AND last_error ? 'dead_letter_id'", unstarted);
+    char *start_letter = it_wait_text(sql, 60);
+    CU_ASSERT_PTR_NOT_NULL(start_letter);
     if (letter != NULL) {
         long long v = version_of(id);
         CU_ASSERT(it_sql_exec("DROP TRIGGER repair_test_refuse ON strand.runtime_states"));
@@ -573,6 +580,14 @@ static void test_dead_letters(void)
         CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     }
     it_sql_exec("DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states");
+    if (start_letter != NULL) {
+        char sid[64];
+        CU_ASSERT_EQUAL(post_verb(unstarted, "retry", version_of(unstarted), NULL, sid), 202);
+        expect_outcome(outcome_of(sid), "applied");
+        CU_ASSERT(wait_waiting(unstarted, "signal") > 0);   /* START ran at last */
+    }
+    free(unstarted);
+    free(start_letter);
     free(id);
     free(letter);
 
