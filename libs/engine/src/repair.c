@@ -109,6 +109,8 @@ static int find_step_id(const json_t *node, const char *at, const char *id, char
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)node, k, v) {
+            if (at[0] == '\0' && strcmp(k, "source") == 0)
+                continue;   /* a process's original document, kept beside its steps */
             snprintf(p, sizeof p, "%s/%s", at, k);
             if (strlen(p) < ST_MAX_POINTER && find_step_id(v, p, id, out, len))
                 return 1;
