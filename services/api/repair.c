@@ -336,6 +336,13 @@ static void handle_edit_payload(st_http_req_t *req, void *ctx)
         message = "only a dead-lettered signal (from the signals topic, a valid Signal envelope) has a JSON "
                   "payload to edit";
     }
+    if (code == 0 && st_signal_needs_record(sig.type)) {
+        /* An operator's control signal (cancel, terminate, repair) carries who sent it and
+         * what it may do: it is sent again as a new request, never rewritten. */
+        code = 409, problem = "not_editable",
+        message = "a control signal (CANCEL, TERMINATE, REPAIR) cannot be edited: send a new request and "
+                  "discard this letter";
+    }
     if (code == 0) {
         json_t *before = sig.payload ? json_incref(sig.payload) : json_object();
         json_decref(sig.payload);

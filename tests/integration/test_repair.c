@@ -523,6 +523,7 @@ static void test_dead_letters(void)
     char *letter = NULL;
     char *id = dead_lettered(&letter);
     if (letter == NULL) {
+        it_sql_exec("DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states");
         free(id);
         return;
     }
@@ -550,6 +551,26 @@ static void test_dead_letters(void)
     CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{}}", NULL), 409);   /* not open */
     free(id);
     free(letter);
+
+    /* a dead-lettered control signal (a REPAIR whose patch the failing write refuses)
+     * cannot be edited */
+    id = start(sig_flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", version_of(id), "\"patch\":{\"go\":{\"bad\":true}}", NULL), 202);
+    snprintf(sql, sizeof sql, "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+             " WHERE instance_id = '%s' AND last_error ? 'dead_letter_id'", id);
+    char *control = it_wait_text(sql, 60);
+    CU_ASSERT_PTR_NOT_NULL(control);
+    if (control != NULL) {
+        snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", control);
+        out = NULL;
+        CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{\"verb\":\"fail\"}}", &out), 409);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "code")) ?: "", "not_editable");
+        json_decref(out);
+    }
+    free(control);
+    free(id);
 
     /* retry of a live instance whose wake-up was dead-lettered, once the cause is gone;
      * and of one whose START was (it never ran a step) */
