@@ -16,12 +16,14 @@
  *     (PUT /v1/dead-letters/{id}/payload) then replayed; another retried by the retry
  *     verb once the cause is gone; editing a non-signal letter answers 409;
  *   - bad input: 400 and 404 and 409 (version_mismatch, not_applicable) change nothing;
- *   - the verbs over Kafka ingress (COMMAND_TYPE_PATCH_VARIABLES).
+ *   - the verbs over Kafka ingress (COMMAND_TYPE_PATCH_VARIABLES, _SKIP_WAIT), and
+ *     strandctl's subcommands.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -699,6 +701,50 @@ static void test_ingress(void)
     free(id);
 }
 
+/* Runs strandctl against this test's API with `args`; returns its exit status. */
+static int strandctl(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl --api http://127.0.0.1:%d %s >/dev/null 2>&1",
+             it_bin_dir(), it_port(IT_API), args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* strandctl's repair subcommands reach the routes. */
+static void test_strandctl(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    long long v = wait_waiting(id, "task");
+    char args[600], sql[300];
+    snprintf(args, sizeof args, "instances patch-variables %s --patch '{\"cli\":1}'", id);
+    CU_ASSERT_EQUAL(strandctl(args), 2);   /* --expected-version is required */
+    snprintf(args, sizeof args, "instances patch-variables %s --expected-version %lld --patch '{\"cli\":1}'"
+             " --reason 'from strandctl'", id, v);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
+             " action = 'patch_variables' AND outcome = 'applied'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+    snprintf(args, sizeof args, "instances skip-wait %s --expected-version %lld --payload '{\"ok\":true}'", id, v + 1);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "timer") > 0);
+    snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 7);
+    CU_ASSERT_EQUAL(strandctl(args), 1);   /* 409 version_mismatch */
+    snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 2);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    snprintf(args, sizeof args, "instances fail %s --expected-version %lld --code cli_stop --message 'by hand'",
+             id, v + 3);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    json_decref(it_wait_instance(id, "failed", 30));
+    snprintf(args, sizeof args, "instances retry %s --expected-version %lld --step go", id, v + 4);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    CU_ASSERT_EQUAL(strandctl("dead-letters edit 999999999 --payload '{}'"), 1);   /* 404 */
+    free(id);
+}
+
 int main(void)
 {
     if (!it_init("test_repair"))
@@ -718,6 +764,7 @@ int main(void)
         {"dead letters: edit then replay; retry redelivers", test_dead_letters},
         {"bad input changes nothing", test_bad_input},
         {"verbs over Kafka ingress", test_ingress},
+        {"strandctl's repair subcommands", test_strandctl},
     };
     return it_run_suite("repair", cases, (int)(sizeof cases / sizeof cases[0]));
 }
