@@ -133,6 +133,40 @@ static void test_retry_parallel(void)
     st_defn_free(defn);
 }
 
+/* Retry from the parallel step itself (the failed branch's ancestor): the old branches
+ * are dropped, the parallel forks anew (one task opened, not two). */
+static void test_retry_from_fork(void)
+{
+    st_defn_t *defn = st_et_compile_steps(
+        "[{\"id\":\"fork\",\"type\":\"parallel\",\"join\":\"all\",\"branches\":["
+        "  [{\"id\":\"ask\",\"type\":\"task\",\"name\":\"Ask\",\"result\":\"answer\"}],"
+        "  [{\"id\":\"t\",\"type\":\"timer\",\"delay\":10},"
+        "   {\"id\":\"calc\",\"type\":\"set\",\"values\":{\"n\":\"len(keys(state.word))\"}}]]},"
+        " {\"id\":\"end\",\"type\":\"complete\",\"output\":{\"n\":\"state.n\"}}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(st_et_run(defn, &snap, st_et_load("{\"type\":\"START\",\"input\":{}}"), ID, 0, NULL),
+                    ST_RUN_WAITING);
+    st_repair_t fire = {.verb = ST_REPAIR_FIRE_TIMER};
+    CU_ASSERT_EQUAL(repair(defn, &snap, &fire, NULL), ST_RUN_FAILED);
+    json_t *patch = st_et_load("{\"word\":{\"a\":1}}");
+    st_repair_t fix = {.verb = ST_REPAIR_PATCH_VARIABLES, .patch = patch};
+    CU_ASSERT_EQUAL(repair(defn, &snap, &fix, NULL), ST_RUN_FAILED);
+    st_repair_t retry = {.verb = ST_REPAIR_RETRY, .step = "fork"};
+    CU_ASSERT_EQUAL(repair(defn, &snap, &retry, &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(count_effects(effects, "open_task"), 1);
+    CU_ASSERT_EQUAL(count_effects(effects, "set_timer"), 1);
+    size_t live = 0, i;
+    json_t *t;
+    json_array_foreach(json_object_get(snap, "threads"), i, t)
+        live += !json_is_true(json_object_get(t, "done"));
+    CU_ASSERT_EQUAL(live, 3);   /* the main line and the two new branches */
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(snap, "threads")), 3);
+    json_decref(patch);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(defn);
+}
+
 /* fail ends it with the operator's error; retry reopens the wait; skip-wait answers
  * the task with an abandon effect first; fire-timer needs a timer. */
 static void test_fail_retry_skip(void)
@@ -171,5 +205,5 @@ static void test_fail_retry_skip(void)
     st_defn_free(defn);
 }
 
-ST_TEST_MAIN("engine_repair", ST_TEST(test_merge_patch), ST_TEST(test_retry_parallel),
+ST_TEST_MAIN("engine_repair", ST_TEST(test_merge_patch), ST_TEST(test_retry_parallel), ST_TEST(test_retry_from_fork),
              ST_TEST(test_fail_retry_skip))

@@ -200,6 +200,22 @@ static int rewind_thread(json_t *thread, const char *pointer)
     return 0;
 }
 
+/* Marks every live descendant of thread `id` done (its branches): a thread sent back
+ * to an earlier step forks them again when it gets there. */
+static void drop_descendants(json_t *snap, json_int_t id)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(snap, "threads"), i, t) {
+        if (!json_is_integer(json_object_get(t, "parent")) ||
+            json_integer_value(json_object_get(t, "parent")) != id || json_is_true(json_object_get(t, "done")))
+            continue;
+        json_object_set_new(t, "done", json_true());
+        json_object_set_new(t, "wait", json_null());
+        drop_descendants(snap, json_integer_value(json_object_get(t, "id")));
+    }
+}
+
 static st_err_t retry_flow(const st_defn_t *defn, const json_t *snapshot, const st_repair_t *repair,
                            const char *instance_id, long long now_ms, st_run_budget_t *budget,
                            st_run_result_t *result, st_errbuf_t *eb)
@@ -260,6 +276,7 @@ static st_err_t retry_flow(const st_defn_t *defn, const json_t *snapshot, const 
             if (rewind_thread(candidates[c], target)) {
                 json_object_set_new(candidates[c], "done", json_false());
                 json_object_set_new(candidates[c], "wait", json_null());
+                drop_descendants(snap, json_integer_value(json_object_get(candidates[c], "id")));
                 moved = 1;
             } else {
                 json_object_set_new(candidates[c], "stack", copy);
