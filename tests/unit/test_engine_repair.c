@@ -167,6 +167,32 @@ static void test_retry_from_fork(void)
     st_defn_free(defn);
 }
 
+/* A process failed by its timeout: retry arms the timeout again (it does not fail at
+ * once), and the state's wait is opened again. */
+static void test_retry_process_timeout(void)
+{
+    st_defn_t *defn = st_et_compile_doc(
+        "{\"kind\":\"process\",\"name\":\"p\",\"version\":1,\"timeout\":1000,\"queues\":[\"go\"],"
+        "\"start\":[\"hold\"],\"states\":[{\"id\":\"hold\",\"wait_until\":{\"commands\":["
+        "{\"type\":\"queue\",\"name\":\"go\"}]},\"next\":[\"done\"]},{\"id\":\"done\",\"complete\":{}}]}");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(st_et_run(defn, &snap, st_et_load("{\"type\":\"START\",\"input\":{}}"), ID, 0, NULL),
+                    ST_RUN_WAITING);
+    st_repair_t fire = {.verb = ST_REPAIR_FIRE_TIMER};
+    CU_ASSERT_EQUAL(repair(defn, &snap, &fire, NULL), ST_RUN_FAILED);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(snap, "error"), "code")) ?: "",
+                           "process_timeout");
+    st_repair_t retry = {.verb = ST_REPAIR_RETRY};
+    CU_ASSERT_EQUAL(repair(defn, &snap, &retry, &effects), ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(count_effects(effects, "set_timer"), 1);   /* the timeout, again */
+    json_t *names = st_snapshot_waiting_signals(snap);
+    CU_ASSERT_EQUAL(json_array_size(names), 1);   /* the queue again */
+    json_decref(names);
+    json_decref(effects);
+    json_decref(snap);
+    st_defn_free(defn);
+}
+
 /* fail ends it with the operator's error; retry reopens the wait; skip-wait answers
  * the task with an abandon effect first; fire-timer needs a timer. */
 static void test_fail_retry_skip(void)
@@ -206,4 +232,5 @@ static void test_fail_retry_skip(void)
 }
 
 ST_TEST_MAIN("engine_repair", ST_TEST(test_merge_patch), ST_TEST(test_retry_parallel), ST_TEST(test_retry_from_fork),
+             ST_TEST(test_retry_process_timeout),
              ST_TEST(test_fail_retry_skip))

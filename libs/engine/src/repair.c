@@ -240,6 +240,10 @@ static st_err_t retry_flow(const st_defn_t *defn, const json_t *snapshot, const 
     const json_t *failed_id = json_object_get(failure, "thread");
     if (json_is_integer(failed_id))
         failed = thread_by_id(snap, json_integer_value(failed_id));
+    /* A daemon thread failed it (a process's timeout): its timer starts again, in full. */
+    if (failed != NULL && repair->step == NULL && json_is_true(json_object_get(failed, "daemon")) &&
+        strncmp(target, "/states/", 8) == 0 && strrchr(target, '/') != NULL)
+        strcpy(strrchr(target, '/') + 1, "0");
     size_t i;
     json_t *entry, *t;
     /* Put back every thread alive at the failure; one that waited opens its wait again. */
