@@ -67,7 +67,7 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *i
 
 /* ---- the service and its routes ------------------------------------------------------------------ */
 
-#define ST_API_MAX_COMMAND_ROUTES 16
+#define ST_API_MAX_COMMAND_ROUTES 40
 
 /* A POST route bound to a command. */
 typedef struct {
@@ -118,6 +118,19 @@ void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 void st_api_retention_register(st_api_t *api);
 void st_api_batches_register(st_api_t *api);
+/* The repair verbs (repair.c): retry, fail, variables, fire-timer, skip-wait, and
+ * PUT /v1/dead-letters/{id}/payload. Each command takes {expected_version, ...}. */
+void st_api_repair_register(st_api_t *api);
+void st_cmd_retry(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                  st_answer_t *out);
+void st_cmd_fail(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                 st_answer_t *out);
+void st_cmd_patch_variables(PGconn *conn, const st_principal_t *who, const char *id,
+                            const json_t *args, st_answer_t *out);
+void st_cmd_fire_timer(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                       st_answer_t *out);
+void st_cmd_skip_wait(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                      st_answer_t *out);
 /* A process's RPCs (rpc.c): POST /v1/instances/{id}/rpc/{name}. */
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,

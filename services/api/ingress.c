@@ -41,6 +41,12 @@ static st_cmd_fn command_for(Strand__V1__CommandType type)
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE: return st_cmd_task_complete;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK: return st_cmd_ack;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER: return st_cmd_trigger;
+    /* repair verbs (repair.c) */
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RETRY: return st_cmd_retry;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FAIL: return st_cmd_fail;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PATCH_VARIABLES: return st_cmd_patch_variables;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FIRE_TIMER: return st_cmd_fire_timer;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SKIP_WAIT: return st_cmd_skip_wait;
     default: return NULL;
     }
 }

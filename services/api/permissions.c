@@ -59,6 +59,13 @@ static const st_perm_rule_t route_rules[] = {
     RULE("GET", "/v1/batches", INSTANCES_READ, NONE),
     RULE("GET", "/v1/batches/{id}", INSTANCES_READ, NONE),
     RULE("POST", "/v1/batches/{id}/cancel", INSTANCES_OPERATE, NONE),
+    /* repair verbs (repair.c) */
+    RULE("POST", "/v1/instances/{id}/retry", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/fail", INSTANCES_TERMINATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/variables", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/fire-timer", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/skip-wait", INSTANCES_OPERATE, INSTANCE),
+    RULE("PUT", "/v1/dead-letters/{id}/payload", DEAD_LETTERS_OPERATE, NONE),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the
@@ -80,6 +87,13 @@ static const struct {
      RULE(NULL, "TASK_COMPLETE", TASKS_ACT, TASK)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK, RULE(NULL, "ACK", ACKS_SEND, ARG_CONSUMER)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER, RULE(NULL, "TRIGGER", TRIGGERS_SEND, ARG_DEFINITION)},
+    /* repair verbs (repair.c) */
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RETRY, RULE(NULL, "RETRY", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FAIL, RULE(NULL, "FAIL", INSTANCES_TERMINATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PATCH_VARIABLES,
+     RULE(NULL, "PATCH_VARIABLES", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FIRE_TIMER, RULE(NULL, "FIRE_TIMER", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SKIP_WAIT, RULE(NULL, "SKIP_WAIT", INSTANCES_OPERATE, INSTANCE)},
 };
 
 static const char *const sql_instance_definition =

@@ -9,13 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/audit.h"
 #include "strand/dedup.h"
 #include "strand/engine.h"
 #include "strand/globals.h"
 #include "strand/history.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
+#include "strand/kafka.h"
 #include "strand/notice.h"
+#include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/tree.h"
 #include "strand/util.h"
@@ -439,6 +442,195 @@ static st_err_t process_history_tx(PGconn *conn, const st_signal_t *sig, const s
     return history_add_tx(conn, sig->instance_id, kind, detail, eb);
 }
 
+/* ---- repair: an operator's verb (SIGNAL_TYPE_REPAIR, services/api/repair.c) ---------
+ *
+ * Applied under the instance lock like any wake-up, and only with Strand's record of
+ * the signal (verify.h). The version the operator saw must still be the current one,
+ * so a verb racing a wake-up (or a second verb) applies at most once; a stale verb is
+ * dropped with a StaleSignal notice and an audit row "rejected". Unlike every other
+ * signal, retry and patch_variables also apply to a failed instance. */
+
+static const char *const sql_dead_letter_of_last_wakeup =
+    "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+    " WHERE instance_id = $1::uuid AND last_error ? 'dead_letter_id'";
+
+/* Writes the verb's audit row (`before` and `after` borrowed, may be NULL). */
+static st_err_t repair_audit_tx(PGconn *conn, const st_signal_t *sig, const char *outcome,
+                                const json_t *before, const json_t *after, const char *why,
+                                st_errbuf_t *eb)
+{
+    json_t *detail = json_pack("{s:s, s:I}", "signal_id", sig->signal_id, "expected_version",
+                               (json_int_t)sig->expected_version);
+    if (why != NULL)
+        json_object_set_new(detail, "why", json_string(why));
+    json_object_set(detail, "reason", json_object_get(sig->payload, "reason") ?: json_null());
+    const char *verb = json_string_value(json_object_get(sig->payload, "verb"));
+    st_audit_entry_t entry = {.actor = json_string_value(json_object_get(sig->payload, "actor")),
+                              .action = verb ? verb : "repair", .outcome = outcome,
+                              .instance_id = sig->instance_id, .before = before, .after = after,
+                              .detail = detail};
+    st_err_t err = st_audit_add_tx(conn, &entry, eb);
+    json_decref(detail);
+    return err;
+}
+
+/* Retry of a live instance whose last wake-up was dead-lettered: that letter's signal
+ * goes back on the signals topic (the letter marked replayed). *why is set when there
+ * is none left to deliver. */
+static st_err_t redeliver_tx(PGconn *conn, const st_signal_t *sig, json_t *after, const char **why,
+                             st_errbuf_t *eb)
+{
+    const char *params[] = {sig->instance_id};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_dead_letter_of_last_wakeup, 1, params, &res, eb);
+    if (err != ST_OK)
+        return err;
+    int found = 0;
+    st_dead_letter_t letter = {0};
+    char id[32] = "";
+    if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+        snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (id[0] && strspn(id, "0123456789") == strlen(id))
+        err = st_dead_letter_settle_tx(conn, id, "replayed", &found, &letter, eb);
+    if (err == ST_OK && !found)
+        *why = "the instance has not failed and no open dead letter holds its last wake-up";
+    if (err == ST_OK && found) {
+        err = st_outbox_add_tx(conn, ST_TOPIC_SIGNALS, sig->instance_id, letter.payload, letter.len, eb);
+        json_object_set_new(after, "redelivered_dead_letter_id", json_integer(atoll(id)));
+    }
+    free(letter.payload);
+    return err;
+}
+
+static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                          const st_signal_t *sig, PGresult *state, st_wake_outcome_t *outcome,
+                          st_errbuf_t *eb)
+{
+    const char *version = PQgetvalue(state, 0, 0);
+    const char *status = PQgetvalue(state, 0, 5);
+    long long current = atoll(version);
+    st_repair_verb_t verb = st_repair_verb_parse(json_string_value(json_object_get(sig->payload, "verb")));
+    int failed = strcmp(status, "failed") == 0;
+    int ended = failed || strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0 ||
+                strcmp(status, "terminated") == 0;
+    /* What only the API checked: a forged message is refused here (verify.h). */
+    st_err_t err = st_verify_signal_tx(conn, sig, eb);
+    if (err != ST_OK)
+        return err;
+    json_t *before = json_pack("{s:I, s:s}", "state_version", (json_int_t)current, "status", status);
+    json_t *after = json_pack("{s:I}", "state_version", (json_int_t)current);
+    json_t *snapshot = NULL, *globals = NULL;
+    st_run_result_t run = {0};
+    st_errbuf_t why_eb = {0};
+    const char *why = NULL;
+    if (verb == 0)
+        why = "the repair signal names no known verb";
+    else if (sig->expected_version != current)
+        why = "the signal expected another state version";
+    else if (ended && !(failed && (verb == ST_REPAIR_RETRY || verb == ST_REPAIR_PATCH_VARIABLES)))
+        why = "the instance has already ended";
+    if (why == NULL && verb == ST_REPAIR_RETRY && !failed) {
+        err = redeliver_tx(conn, sig, after, &why, eb);
+        if (err == ST_OK && why == NULL) {
+            json_object_set_new(after, "status", json_string(status));
+            err = repair_audit_tx(conn, sig, "applied", before, after, NULL, eb);
+            if (err == ST_OK)
+                err = history_add_tx(conn, sig->instance_id, "repair",
+                                     json_pack("{s:s, s:s, s:O, s:O, s:O}", "signal_id", sig->signal_id,
+                                               "verb", "retry", "actor",
+                                               json_object_get(sig->payload, "actor") ?: json_null(),
+                                               "reason", json_object_get(sig->payload, "reason") ?: json_null(),
+                                               "redelivered_dead_letter_id",
+                                               json_object_get(after, "redelivered_dead_letter_id")),
+                                     eb);
+            *outcome = ST_WAKE_APPLIED;
+            goto done;
+        }
+    }
+    const st_defn_t *defn = NULL;
+    const json_t *globals_decl = NULL;
+    if (err == ST_OK && why == NULL && PQgetisnull(state, 0, 1))
+        why = "the instance has not started yet";   /* (its START may be retried, above) */
+    if (err == ST_OK && why == NULL) {
+        json_error_t jerr;
+        err = defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2), atoi(PQgetvalue(state, 0, 3)), &defn, eb);
+        if (err == ST_OK && (snapshot = json_loads(PQgetvalue(state, 0, 1), 0, &jerr)) == NULL)
+            err = st_err_set(eb, ST_ERR_INTERNAL, "stored snapshot is not JSON: %s", jerr.text);
+    }
+    if (err == ST_OK && why == NULL) {
+        /* A process's global attributes are variables too: loaded before, stored after. */
+        globals_decl = json_object_get(st_defn_canonical(defn), "globals");
+        if (globals_decl != NULL &&
+            (err = st_globals_load_tx(conn, globals_decl, PQgetvalue(state, 0, 6), &globals, eb)) == ST_OK &&
+            json_is_object(json_object_get(snapshot, "state")))
+            json_object_update(json_object_get(snapshot, "state"), globals);
+    }
+    if (err == ST_OK && why == NULL) {
+        st_run_budget_t budget;
+        st_run_budget_init(&budget);
+        st_repair_t repair = {.verb = verb,
+                              .step = json_string_value(json_object_get(sig->payload, "step")),
+                              .error = json_object_get(sig->payload, "error"),
+                              .patch = json_object_get(sig->payload, "patch"),
+                              .payload = json_object_get(sig->payload, "payload")};
+        st_err_t rerr = st_repair_run(defn, snapshot, &repair, sig->instance_id, st_now_ms(), &budget, &run,
+                                      &why_eb);
+        if (rerr == ST_ERR_INVALID || rerr == ST_ERR_CONFLICT || rerr == ST_ERR_LIMIT)
+            why = why_eb.msg;
+        else if (rerr != ST_OK)
+            err = st_err_set(eb, rerr, "%s", why_eb.msg);
+        else if (verb != ST_REPAIR_PATCH_VARIABLES && verb != ST_REPAIR_FAIL)
+            err = drain_buffer_tx(conn, defn, sig, &budget, &run, eb);
+    }
+    if (err == ST_OK && why == NULL) {
+        st_parent_t parent = {0};
+        /* A patched failed instance stays failed: its parent heard of it already. */
+        if (!PQgetisnull(state, 0, 8) && !(failed && verb == ST_REPAIR_PATCH_VARIABLES)) {
+            snprintf(parent.instance_id, sizeof parent.instance_id, "%s", PQgetvalue(state, 0, 8));
+            snprintf(parent.waiting_token, sizeof parent.waiting_token, "%s", PQgetvalue(state, 0, 9));
+        }
+        if (globals_decl != NULL)
+            err = st_globals_store_tx(conn, globals_decl, PQgetvalue(state, 0, 6), globals,
+                                      json_object_get(run.snapshot, "state"), eb);
+        if (err == ST_OK)
+            err = persist_tx(conn, sig, node_id, version, parent.instance_id[0] ? &parent : NULL, &run, eb);
+        if (err == ST_OK)
+            err = history_add_tx(conn, sig->instance_id, "repair",
+                                 json_pack("{s:s, s:s, s:O, s:O}", "signal_id", sig->signal_id, "verb",
+                                           st_repair_verb_name(verb), "actor",
+                                           json_object_get(sig->payload, "actor") ?: json_null(), "reason",
+                                           json_object_get(sig->payload, "reason") ?: json_null()),
+                                 eb);
+        if (err == ST_OK) {
+            json_object_set_new(after, "state_version", json_integer(current + 1));
+            json_object_set_new(after, "status", json_string(status_name(run.status)));
+            if (verb == ST_REPAIR_PATCH_VARIABLES) {
+                json_object_set(before, "variables", json_object_get(snapshot, "state"));
+                json_object_set(after, "variables", json_object_get(run.snapshot, "state"));
+            } else {
+                json_object_set(before, "waiting", json_object_get(snapshot, "waiting") ?: json_null());
+                json_object_set(after, "waiting", json_object_get(run.snapshot, "waiting") ?: json_null());
+            }
+            err = repair_audit_tx(conn, sig, "applied", before, after, NULL, eb);
+        }
+        *outcome = ST_WAKE_APPLIED;
+    }
+    if (err == ST_OK && why != NULL) {
+        *outcome = ST_WAKE_STALE;
+        err = drop_tx(conn, sig, *outcome, "StaleSignal", why, eb);
+        if (err == ST_OK)
+            err = repair_audit_tx(conn, sig, "rejected", before, NULL, why, eb);
+    }
+done:
+    json_decref(before);
+    json_decref(after);
+    json_decref(snapshot);
+    json_decref(globals);
+    st_run_result_close(&run);
+    return err;
+}
+
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
@@ -470,6 +662,10 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         *outcome = ST_WAKE_UNKNOWN;
         err = drop_tx(conn, sig, *outcome, "UnknownInstance",
                       "the signal names an instance that does not exist", eb);
+        goto finish;
+    }
+    if (sig->type == ST_SIGNAL_REPAIR) {   /* an operator's verb: see repair_tx() */
+        err = repair_tx(conn, cache, node_id, sig, state, outcome, eb);
         goto finish;
     }
     const char *version = PQgetvalue(state, 0, 0);

@@ -210,6 +210,12 @@ static void usage(void)
           "  instances rpc ID NAME [--input JSON] [--request-id ID]   a process's RPC\n"
           "  instances cancel ID [--reason TEXT]\n"
           "  instances terminate ID [--reason TEXT]   (admin)\n"
+          "  instances retry ID --expected-version N [--step S] [--reason TEXT]\n"
+          "  instances fail ID --expected-version N --code C [--message M] [--reason TEXT]\n"
+          "  instances patch-variables ID --expected-version N --patch JSON [--reason TEXT]\n"
+          "  instances fire-timer ID --expected-version N [--reason TEXT]\n"
+          "  instances skip-wait ID --expected-version N [--payload JSON] [--reason TEXT]\n"
+          "                                  repair verbs: N is state_version from 'instances get'\n"
           "  signals send NAME --business-ref R [--definition D] [--payload JSON]\n"
           "  tasks list [--role R] [--assignee A] [--status S] [--instance-id ID] [--limit N]\n"
           "             [--cursor C]\n"
@@ -223,6 +229,7 @@ static void usage(void)
           "  dead-letters get ID\n"
           "  dead-letters replay ID          (admin)\n"
           "  dead-letters discard ID         (admin)\n"
+          "  dead-letters edit ID --payload JSON   a dead-lettered signal's new payload\n"
           "  triggers send DEFINITION EXTERNAL_REF EVENT --request-id ID [--actor A]\n"
           "                [--payload JSON] [--version N]   (lifecycles)\n"
           "  retention run (--older-than-days N | --older-than-s N) [--limit N] [--dry-run true]\n"
@@ -443,6 +450,33 @@ static int cmd_instances(const ctl_t *ctl, const args_t *a)
         snprintf(path, sizeof path, "/v1/instances/%s/%s", a->pos[1], sub);
         return post(ctl, path, body, print_object);
     }
+    /* repair verbs (docs/api.md, "Repairing an instance") */
+    static const char *const verbs[][2] = {{"retry", "retry"}, {"fail", "fail"},
+                                           {"patch-variables", "variables"},
+                                           {"fire-timer", "fire-timer"}, {"skip-wait", "skip-wait"}};
+    for (size_t v = 0; v < sizeof verbs / sizeof verbs[0] && a->npos == 2; v++) {
+        if (strcmp(sub, verbs[v][0]) != 0)
+            continue;
+        const char *ev = opt(a, "expected-version");
+        if (ev == NULL || strspn(ev, "0123456789") != strlen(ev) || *ev == '\0') {
+            fprintf(stderr, "strandctl: %s needs --expected-version N (the state_version that "
+                            "'instances get' shows)\n", sub);
+            return 2;
+        }
+        json_t *body = json_pack("{s:I}", "expected_version", (json_int_t)atoll(ev));
+        copy_opt(a, "reason", body, "reason", 0);
+        copy_opt(a, "step", body, "step", 0);
+        if (opt(a, "code"))
+            json_object_set_new(body, "error", json_pack("{s:s}", "code", opt(a, "code")));
+        if (opt(a, "message") && json_object_get(body, "error"))
+            json_object_set_new(json_object_get(body, "error"), "message", json_string(opt(a, "message")));
+        if (!copy_opt(a, "patch", body, "patch", 1) || !copy_opt(a, "payload", body, "payload", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        snprintf(path, sizeof path, "/v1/instances/%s/%s", a->pos[1], verbs[v][1]);
+        return post(ctl, path, body, print_object);
+    }
     usage();
     return 2;
 }
@@ -560,6 +594,19 @@ static int cmd_dead_letters(const ctl_t *ctl, const args_t *a)
     if ((strcmp(sub, "replay") == 0 || strcmp(sub, "discard") == 0) && a->npos == 2) {
         snprintf(path, sizeof path, "/v1/dead-letters/%s/%s", a->pos[1], sub);
         return post(ctl, path, json_object(), print_object);
+    }
+    if (strcmp(sub, "edit") == 0 && a->npos == 2 && opt(a, "payload")) {
+        json_t *body = json_object();
+        if (!copy_opt(a, "payload", body, "payload", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        char *text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", a->pos[1]);
+        int rc = run(ctl, "PUT", path, text, print_object);
+        free(text);
+        return rc;
     }
     usage();
     return 2;

@@ -86,6 +86,19 @@ static const struct {
     {"GET", "/v1/batches", "instances:read", "/v1/batches?limit=1", NULL},
     {"GET", "/v1/batches/{id}", "instances:read", "/v1/batches/" ZERO_ID, NULL},
     {"POST", "/v1/batches/{id}/cancel", "instances:operate", "/v1/batches/" ZERO_ID "/cancel", "{}"},
+    /* repair verbs (services/api/repair.c) */
+    {"POST", "/v1/instances/{id}/retry", "instances:operate", "/v1/instances/" ZERO_ID "/retry",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/fail", "instances:terminate", "/v1/instances/" ZERO_ID "/fail",
+     "{\"expected_version\":0,\"error\":{\"code\":\"x\"}}"},
+    {"POST", "/v1/instances/{id}/variables", "instances:operate", "/v1/instances/" ZERO_ID "/variables",
+     "{\"expected_version\":0,\"patch\":{}}"},
+    {"POST", "/v1/instances/{id}/fire-timer", "instances:operate", "/v1/instances/" ZERO_ID "/fire-timer",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/skip-wait", "instances:operate", "/v1/instances/" ZERO_ID "/skip-wait",
+     "{\"expected_version\":0}"},
+    {"PUT", "/v1/dead-letters/{id}/payload", "dead-letters:operate", "/v1/dead-letters/999999999/payload",
+     "{\"payload\":{}}"},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 

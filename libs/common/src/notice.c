@@ -140,3 +140,21 @@ st_err_t st_dead_letter_settle_tx(PGconn *conn, const char *id, const char *stat
     PQclear(res);
     return ST_OK;
 }
+
+st_err_t st_dead_letter_set_payload_tx(PGconn *conn, const char *id, const void *payload, size_t len,
+                                       st_errbuf_t *eb)
+{
+    static const char *const sql_dead_letter_payload =
+        "UPDATE strand.dead_letters SET payload = $2 WHERE id = $1::bigint AND status = 'open'"
+        " RETURNING 1";
+    const char *params[] = {id, payload};
+    const int lengths[] = {0, (int)len};
+    const int formats[] = {0, 1};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec_bin(conn, sql_dead_letter_payload, 2, params, lengths, formats, &res, eb);
+    if (err != ST_OK)
+        return err;
+    int found = PQntuples(res) > 0;
+    PQclear(res);
+    return found ? ST_OK : st_err_set(eb, ST_ERR_NOT_FOUND, "no open dead letter %s", id);
+}

@@ -34,4 +34,16 @@ json_t *st_process_waiting_in(const json_t *snapshot);
 int st_value_fits(const json_t *v, long long max_bytes, int max_depth, long long *work,
                   int *too_deep);
 
+/* interp.c, for repair.c: runs a snapshot a repair prepared (status running, threads
+ * made runnable) until it waits or ends, or, with `fail_error` (taken), fails it with
+ * that error. Takes `snap` and `effects`. `budget` may be NULL (a fresh one). */
+st_err_t st_interp_continue(const st_defn_t *defn, json_t *snap, json_t *effects, json_t *fail_error,
+                            const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                            st_run_result_t *result, st_errbuf_t *eb);
+
+/* lifecycle.c, for repair.c: the repair verbs on a lifecycle instance (st_repair_run()). */
+st_err_t st_lifecycle_repair(const json_t *doc, const json_t *snapshot, const st_repair_t *repair,
+                             const char *instance_id, long long now_ms, st_run_result_t *result,
+                             st_errbuf_t *eb);
+
 #endif

@@ -40,6 +40,8 @@ typedef struct {
     const char *code;      /* error code for fail_step() when a limit failed the step */
     int ended;             /* completed or failed */
     st_errbuf_t *eb;
+    json_t *cur;           /* the thread running or resumed (borrowed): a failure names it */
+    char cur_step[560];    /* the step it runs: where a retry starts again (repair.c) */
 } run_t;
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -679,6 +681,7 @@ static int over_budget(run_t *r)
 static void run_thread(run_t *r, json_t *thread)
 {
     json_t *stack = json_object_get(thread, "stack");
+    r->cur = thread;
     while (!r->ended && json_is_null(json_object_get(thread, "wait"))) {
         size_t depth = json_array_size(stack);
         if (depth == 0) {
@@ -704,6 +707,7 @@ static void run_thread(run_t *r, json_t *thread)
             char at[560];
             snprintf(at, sizeof at, "%s/%lld", str0(frame, "path"),
                      (long long)json_integer_value(json_object_get(frame, "index")));
+            snprintf(r->cur_step, sizeof r->cur_step, "%s", at);
             fail_step(r, at);
             return;
         }
@@ -714,6 +718,7 @@ static void run_thread(run_t *r, json_t *thread)
             json_t *loop = json_object_get(frame, "loop");
             if (loop != NULL) {
                 const json_t *lstep = resolve(r, str(loop, "step"));
+                snprintf(r->cur_step, sizeof r->cur_step, "%s", str0(loop, "step"));
                 json_int_t iteration = json_integer_value(json_object_get(loop, "iteration"));
                 int again;
                 if (strcmp(str0(lstep, "type"), "while") == 0) {
@@ -745,6 +750,7 @@ static void run_thread(run_t *r, json_t *thread)
         json_object_set_new(frame, "index", json_integer(index + 1));
         char step_path[560];
         snprintf(step_path, sizeof step_path, "%s/%lld", path, (long long)index);
+        snprintf(r->cur_step, sizeof r->cur_step, "%s", step_path);
         exec_step(r, thread, json_array_get(list, (size_t)index), step_path);
     }
 }
@@ -795,6 +801,8 @@ static st_err_t resume(run_t *r, json_t *thread, const char *type)
     const json_t *payload = json_object_get(r->event, "payload");
     char p[600];
     st_err_t err = ST_OK;
+    r->cur = thread;
+    snprintf(r->cur_step, sizeof r->cur_step, "%s", step_path);
     json_object_set_new(thread, "wait", json_null());
     if (strcmp(kind, "task") == 0 && strcmp(type, "TASK_COMPLETED") == 0) {
         const json_t *result = json_object_get(payload, "result");
@@ -938,7 +946,28 @@ static void check_snapshot_size(run_t *r)
         st_err_set(r->eb, ST_ERR_LIMIT, "the instance's snapshot grew past %lld bytes as JSON (STRAND_STATE_MAX_BYTES)",
                    lim->max_state_bytes);
     r->code = too_deep ? "data_too_deep" : "state_too_large";
+    r->cur = NULL;   /* no one thread failed: the whole snapshot did */
+    r->cur_step[0] = '\0';
     fail_step(r, "");
+}
+
+/* A failed instance keeps where it stood (snapshot "failure"): the thread that failed
+ * and the step it ran, and every thread alive at that moment with its wait, so that a
+ * retry (repair.c) can put them back. */
+static void record_failure(run_t *r)
+{
+    json_t *alive = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(threads(r), i, t)
+        if (!json_is_true(json_object_get(t, "done")))
+            json_array_append_new(alive, json_pack("{s:O, s:O}", "id", json_object_get(t, "id"), "wait",
+                                                   json_object_get(t, "wait") ?: json_null()));
+    json_t *failure = json_pack("{s:o, s:o}", "threads", alive, "thread",
+                                r->cur ? json_copy(json_object_get(r->cur, "id")) : json_null());
+    if (r->cur_step[0])
+        json_object_set_new(failure, "step", json_string(r->cur_step));
+    json_object_set_new(r->snap, "failure", failure);
 }
 
 static void finish_snapshot(run_t *r)
@@ -946,6 +975,8 @@ static void finish_snapshot(run_t *r)
     if (r->ended) {
         size_t i;
         json_t *t;
+        if (strcmp(str0(r->snap, "status"), "failed") == 0)
+            record_failure(r);
         json_array_foreach(threads(r), i, t)
             cancel_thread(r, t);
     }
@@ -1076,6 +1107,35 @@ st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, con
     result->effects = r.effects;
     if (strcmp(st_defn_kind(defn), "process") == 0)
         result->waiting_in = st_process_waiting_in(r.snap);
+    return ST_OK;
+}
+
+st_err_t st_interp_continue(const st_defn_t *defn, json_t *snap, json_t *effects, json_t *fail_error,
+                            const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                            st_run_result_t *result, st_errbuf_t *eb)
+{
+    st_errbuf_t local;
+    st_run_budget_t fresh;
+    if (budget == NULL) {
+        st_run_budget_init(&fresh);
+        budget = &fresh;
+    }
+    run_t r = {.defn = defn, .snap = snap, .effects = effects, .instance_id = instance_id,
+               .now_ms = now_ms, .eb = eb ? eb : &local, .budget = budget};
+    memset(result, 0, sizeof *result);
+    if (fail_error != NULL) {
+        end_instance(&r, "failed", NULL, fail_error);
+    } else {
+        run_all(&r);
+        check_snapshot_size(&r);
+    }
+    finish_snapshot(&r);
+    const char *status = str(r.snap, "status");
+    result->status = strcmp(status, "completed") == 0 ? ST_RUN_COMPLETED
+                     : strcmp(status, "failed") == 0  ? ST_RUN_FAILED
+                                                      : ST_RUN_WAITING;
+    result->snapshot = r.snap;
+    result->effects = r.effects;
     return ST_OK;
 }
 

@@ -458,3 +458,75 @@ st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_
     result->effects = r.effects;
     return ST_OK;
 }
+
+/* ---- repair (engine.h, st_repair_run) -----------------------------------------------
+ *
+ * A lifecycle has a state name, not steps, and no variables: retry puts a failed
+ * instance back in its state (or the named one) waiting for triggers, with the state's
+ * timeout armed again; fail ends it with the operator's error; fire_timer applies the
+ * state's timeout now. patch_variables and skip_wait do not apply (a trigger is the way
+ * to move a lifecycle). */
+st_err_t st_lifecycle_repair(const json_t *doc, const json_t *snapshot, const st_repair_t *repair,
+                             const char *instance_id, long long now_ms, st_run_result_t *result,
+                             st_errbuf_t *eb)
+{
+    const char *status = json_string_value(json_object_get(snapshot, "status"));
+    const char *current = json_string_value(json_object_get(snapshot, "current"));
+    if (status == NULL || current == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "the lifecycle snapshot has no status or state");
+    int failed = strcmp(status, "failed") == 0;
+    lc_run_t r = {.doc = doc, .instance_id = instance_id, .now_ms = now_ms};
+    switch (repair->verb) {
+    case ST_REPAIR_RETRY: {
+        if (!failed)
+            return st_err_set(eb, ST_ERR_CONFLICT, "retry applies to a failed instance; this one is %s", status);
+        const char *to = repair->step ? repair->step : current;
+        if (state_def(doc, to) == NULL || json_is_true(json_object_get(state_def(doc, to), "final")))
+            return st_err_set(eb, ST_ERR_INVALID, "step '%.200s' is not a non-final state of the lifecycle", to);
+        r.snap = json_deep_copy(snapshot);
+        r.effects = json_array();
+        json_object_set_new(r.snap, "status", json_string("waiting"));
+        json_object_set_new(r.snap, "error", json_null());
+        json_object_set_new(r.snap, "current", json_string(to));
+        arm_timeout(&r, 0);
+        break;
+    }
+    case ST_REPAIR_FAIL:
+        if (failed || strcmp(status, "waiting") != 0)
+            return st_err_set(eb, ST_ERR_CONFLICT, "the instance is %s, not waiting", status);
+        r.snap = json_deep_copy(snapshot);
+        r.effects = json_array();
+        json_object_set_new(r.snap, "status", json_string("failed"));
+        json_object_set_new(r.snap, "waiting", json_null());
+        json_object_set_new(r.snap, "error", json_pack("{s:O, s:s, s:s, s:b}", "code",
+                                                       json_object_get(repair->error, "code"), "message",
+                                                       json_string_value(json_object_get(repair->error, "message"))
+                                                           ?: "failed by an operator",
+                                                       "state", current, "by_operator", 1));
+        json_array_append_new(r.effects, json_pack("{s:s, s:n, s:O}", "type", "fail", "output", "error",
+                                                   json_object_get(r.snap, "error")));
+        break;
+    case ST_REPAIR_FIRE_TIMER: {
+        const char *token = json_string_value(json_object_get(json_object_get(snapshot, "waiting"), "token"));
+        if (failed || token == NULL)
+            return st_err_set(eb, ST_ERR_CONFLICT, "the lifecycle instance waits on no timeout in state %s",
+                              current);
+        json_t *event = json_pack("{s:s, s:s, s:{}}", "type", "TIMER_DUE", "token", token, "payload");
+        st_err_t err = st_lifecycle_run(doc, snapshot, event, instance_id, now_ms, result, eb);
+        json_decref(event);
+        return err == ST_ERR_STALE ? st_err_set(eb, ST_ERR_CONFLICT, "%s", eb->msg) : err;
+    }
+    case ST_REPAIR_PATCH_VARIABLES:
+        return st_err_set(eb, ST_ERR_CONFLICT, "a lifecycle instance has no variables to patch");
+    case ST_REPAIR_SKIP_WAIT:
+        return st_err_set(eb, ST_ERR_CONFLICT, "a lifecycle instance waits for triggers: send one "
+                          "(POST /v1/triggers) instead of skipping");
+    default:
+        return st_err_set(eb, ST_ERR_INVALID, "unknown repair verb");
+    }
+    const char *now = json_string_value(json_object_get(r.snap, "status"));
+    result->status = strcmp(now, "failed") == 0 ? ST_RUN_FAILED : ST_RUN_WAITING;
+    result->snapshot = r.snap;
+    result->effects = r.effects;
+    return ST_OK;
+}

@@ -57,6 +57,12 @@ typedef struct {
 st_err_t st_dead_letter_settle_tx(PGconn *conn, const char *id, const char *status, int *found,
                                   st_dead_letter_t *out, st_errbuf_t *eb);
 
+/* Replaces the stored message of the open dead letter `id` (decimal text) with `payload`
+ * (copied), in the caller's open transaction (PUT /v1/dead-letters/{id}/payload).
+ * ST_ERR_NOT_FOUND when no open letter has this id. */
+st_err_t st_dead_letter_set_payload_tx(PGconn *conn, const char *id, const void *payload, size_t len,
+                                       st_errbuf_t *eb);
+
 /* The retention run's part, for its one statement (a CTE body): deletes the letters in
  * the CTE named `letters` (column id) unless `dry`, a boolean SQL expression. Both are
  * SQL text literals. */

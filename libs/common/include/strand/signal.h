@@ -73,8 +73,8 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
 
 /* 1 for the signal types the executor applies only with Strand's record of them
- * (CANCEL, TERMINATE): nothing but Strand's own services may end an instance, so a
- * message produced straight onto the signals topic cannot. */
+ * (CANCEL, TERMINATE, REPAIR): nothing but Strand's own services may end or repair an
+ * instance, so a message produced straight onto the signals topic cannot. */
 int st_signal_needs_record(st_signal_type_t type);
 
 /* Takes (deletes) the record st_signal_enqueue_tx() wrote for `sig`: *found is 1 if it

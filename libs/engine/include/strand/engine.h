@@ -151,6 +151,49 @@ const st_engine_limits_t *st_engine_limits(void);
  * message naming the limit when it does not fit; the API answers 400 with it. */
 st_err_t st_engine_data_check(const json_t *value, st_errbuf_t *eb);
 
+/* ---- repair: operator verbs on one instance (docs/api.md, "Repairing an instance") ----
+ *
+ * Each verb takes the stored snapshot and returns the repaired run's result, like
+ * st_interp_run(): pure, no I/O; the service persists it under the instance's lock.
+ * Which verb applies to which kind and status is in docs/api.md. */
+typedef enum {
+    ST_REPAIR_RETRY = 1,       /* run a failed instance again from the failed (or a named) step */
+    ST_REPAIR_FAIL,            /* fail the instance with an operator's error */
+    ST_REPAIR_PATCH_VARIABLES, /* JSON Merge Patch (RFC 7386) of the instance's variables */
+    ST_REPAIR_FIRE_TIMER,      /* the current wait's timer fires now */
+    ST_REPAIR_SKIP_WAIT,       /* the current wait completes as if its event came */
+} st_repair_verb_t;
+
+typedef struct {
+    st_repair_verb_t verb;
+    const char *step;          /* retry: step id, JSON pointer, or a process state / lifecycle
+                                * state name; NULL: the step that failed. Borrowed. */
+    const json_t *error;       /* fail: {code, message}; borrowed */
+    const json_t *patch;       /* patch_variables: the merge patch (an object); borrowed */
+    const json_t *payload;     /* skip_wait: the event's data (an object) or NULL; borrowed */
+} st_repair_t;
+
+/* "retry", "fail", "patch_variables", "fire_timer", "skip_wait"; static storage. */
+const char *st_repair_verb_name(st_repair_verb_t verb);
+/* The verb named `name` (as st_repair_verb_name()); 0 when none. */
+st_repair_verb_t st_repair_verb_parse(const char *name);
+
+/* Applies `repair` to `snapshot` (borrowed; the stored one) of an instance of `defn`.
+ * `budget` may be NULL (a fresh one). On ST_OK *result holds the new snapshot, the
+ * effects to persist and the status (release with st_run_result_close()); the verbs that
+ * run steps (retry, fire_timer, skip_wait) run until the instance waits or ends.
+ * ST_ERR_INVALID: bad arguments (a patch that is not an object or whose result does not
+ * fit the limits, an error without code, an unknown step), named in `eb`.
+ * ST_ERR_CONFLICT: the verb does not apply to this kind, status or wait (`eb` says why).
+ * Nothing is changed on error. */
+st_err_t st_repair_run(const st_defn_t *defn, const json_t *snapshot, const st_repair_t *repair,
+                       const char *instance_id, long long now_ms, st_run_budget_t *budget,
+                       st_run_result_t *result, st_errbuf_t *eb);
+
+/* RFC 7386 JSON Merge Patch: `patch` applied to `target` (both borrowed). Returns a new
+ * value (caller decrefs): a non-object patch replaces the target, null members delete. */
+json_t *st_json_merge_patch(const json_t *target, const json_t *patch);
+
 #define ST_SNAPSHOT_SCHEMA_VERSION 1
 
 #endif

@@ -1,0 +1,770 @@
+/*
+ * test_repair.c - the operator's repair verbs (issue 18; docs/api.md, "Repairing an
+ * instance") on the real servers, for a flow, a process and a lifecycle:
+ *   - flow: skip-wait of a task (the task is closed), fire-timer, skip-wait of a
+ *     signal that fails the next step, patch-variables of the failed instance, retry
+ *     from the failed step to completion (history kept); fail then retry (the wait is
+ *     opened again), retry from a named step;
+ *   - process: patch-variables then fire-timer to completion; skip-wait into a failure,
+ *     patch and retry to completion; fail then retry;
+ *   - lifecycle: fire-timer (the state's timeout event); fail, retry, then a trigger
+ *     moves it; patch-variables and skip-wait answer 409 not_applicable;
+ *   - verbs racing: many verbs with one expected_version fired at once, with signals
+ *     waking the instance meanwhile: exactly one applies, the others are rejected, and
+ *     the audit log says so;
+ *   - dead letters: a wake-up dead-lettered by a failing write: its payload edited
+ *     (PUT /v1/dead-letters/{id}/payload) then replayed; another retried by the retry
+ *     verb once the cause is gone; editing a non-signal letter answers 409;
+ *   - bad input: 400 and 404 and 409 (version_mismatch, not_applicable) change nothing;
+ *   - the verbs over Kafka ingress (COMMAND_TYPE_PATCH_VARIABLES, _SKIP_WAIT), and
+ *     strandctl's subcommands.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "strand/proto/strand.pb-c.h"
+#include "st_test.h"
+
+static char sfx[48];
+static char flow[80], proc[96], life[80], sig_flow[80];
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static json_t *get_instance(const char *id)
+{
+    char path[128];
+    json_t *out = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    if (it_http(IT_API, "GET", path, NULL, &out) != 200) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+static long long version_of(const char *id)
+{
+    json_t *inst = get_instance(id);
+    long long v = inst ? (long long)json_integer_value(json_object_get(inst, "state_version")) : -1;
+    json_decref(inst);
+    return v;
+}
+
+static char *status_of(const char *id)
+{
+    json_t *inst = get_instance(id);
+    char *s = strdup(inst && json_string_value(json_object_get(inst, "status"))
+                         ? json_string_value(json_object_get(inst, "status")) : "?");
+    json_decref(inst);
+    return s;
+}
+
+/* Polls until the instance's runtime says it waits with `kind` (NULL: any wait) and
+ * returns its state_version, or -1 after 30 s. */
+static long long wait_waiting(const char *id, const char *kind)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'"
+             " AND waiting_kind IS NOT NULL %s%s%s", id, kind ? "AND waiting_kind = '" : "", kind ? kind : "",
+             kind ? "'" : "");
+    char *v = it_wait_text(sql, 30);
+    long long out = v ? atoll(v) : -1;
+    if (v == NULL)
+        fprintf(stderr, "\n    %s never waited on %s\n", id, kind ? kind : "anything");
+    free(v);
+    return out;
+}
+
+/* Polls until the instance's state_version reaches `want` (its first wake-ups ran);
+ * returns the last one seen. */
+static long long wait_applied(const char *id, long long want)
+{
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE instance_id = '%s'", id);
+    return it_wait_number(sql, want, 30);
+}
+
+/* POSTs a verb with {expected_version: ev, <extra>}; returns the status, *signal_id
+ * (if not NULL, 64 bytes) the accepted signal. */
+static long post_verb(const char *id, const char *verb, long long ev, const char *extra, char *signal_id)
+{
+    char path[160], body[2048];
+    snprintf(path, sizeof path, "/v1/instances/%s/%s", id, verb);
+    snprintf(body, sizeof body, "{\"expected_version\":%lld%s%s}", ev, extra ? "," : "", extra ? extra : "");
+    json_t *out = NULL;
+    long status = it_http(IT_API, "POST", path, body, &out);
+    if (signal_id != NULL)
+        snprintf(signal_id, 64, "%s", json_string_value(json_object_get(out, "signal_id")) ?: "");
+    if (status != 202 && getenv("REPAIR_TEST_VERBOSE")) {
+        char *t = json_dumps(out, JSON_COMPACT);
+        fprintf(stderr, "\n    %s %s -> %ld %s\n", verb, id, status, t ? t : "");
+        free(t);
+    }
+    json_decref(out);
+    return status;
+}
+
+/* The executor's outcome of the verb signal `signal_id` ("applied" / "rejected"),
+ * waited for up to 30 s; caller frees. */
+static char *outcome_of(const char *signal_id)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT outcome FROM strand.audit_log WHERE detail->>'signal_id' = '%s'"
+             " AND outcome IN ('applied', 'rejected')", signal_id);
+    char *o = it_wait_text(sql, 30);
+    return o ? o : strdup("none");
+}
+
+/* A verb at the current version: asserts 202 and returns the executor's outcome
+ * (caller frees). */
+static char *apply(const char *id, const char *verb, const char *extra)
+{
+    char sid[64];
+    long long ev = version_of(id);
+    long status = post_verb(id, verb, ev, extra, sid);
+    CU_ASSERT_EQUAL(status, 202);
+    if (status != 202)
+        return strdup("not accepted");
+    return outcome_of(sid);
+}
+
+static long long audit_count(const char *id, const char *action, const char *outcome)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = '%s' AND outcome = '%s'", id, action, outcome);
+    return it_sql_number(sql);
+}
+
+static char *start(const char *definition, const char *input, const char *ref)
+{
+    char body[400];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"input\":%s%s%s%s}", definition, input ? input : "{}",
+             ref ? ",\"business_ref\":\"" : "", ref ? ref : "", ref ? "\"" : "");
+    json_t *out = NULL;
+    long status = it_http(IT_API, "POST", "/v1/instances", body, &out);
+    CU_ASSERT_EQUAL(status, 201);
+    char *id = status == 201 ? strdup(json_string_value(json_object_get(out, "id")) ?: "") : NULL;
+    json_decref(out);
+    return id;
+}
+
+/* The instance's output member `key` as an integer, after it completed (-1 if not). */
+static long long output_int(const char *id, const char *key)
+{
+    json_t *inst = it_wait_instance(id, "completed", 30);
+    long long v = -1;
+    if (inst != NULL && json_is_integer(json_object_get(json_object_get(inst, "output"), key)))
+        v = (long long)json_integer_value(json_object_get(json_object_get(inst, "output"), key));
+    json_decref(inst);
+    return v;
+}
+
+static void expect_outcome(char *got, const char *want)
+{
+    CU_ASSERT_STRING_EQUAL(got, want);
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "\n    outcome %s, want %s\n", got, want);
+    free(got);
+}
+
+/* ---- cases -------------------------------------------------------------------------- */
+
+static void test_setup(void)
+{
+    setenv("STRAND_MAX_ATTEMPTS", "2", 1);   /* dead letters come quickly */
+    CU_ASSERT_FATAL(it_start_all(90));
+    char doc[4096];
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"approve\",\"type\":\"task\",\"name\":\"Approve\",\"roles\":[\"ops\"],\"result\":\"approval\"},"
+             "{\"id\":\"pause\",\"type\":\"timer\",\"delay\":\"'1h'\"},"
+             "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\"},"
+             "{\"id\":\"calc\",\"type\":\"set\",\"values\":{\"len\":\"len(keys(state.word))\"}},"
+             "{\"id\":\"end\",\"type\":\"complete\",\"output\":{\"len\":\"state.len\",\"ok\":\"state.approval.ok\"}}]}",
+             flow);
+    it_import(NULL, doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
+             "{\"id\":\"end\",\"type\":\"complete\",\"output\":{\"bad\":\"state.go.bad\"}}]}", sig_flow);
+    it_import(NULL, doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"process\",\"name\":\"%s\",\"version\":1,\"queues\":[\"go\"],"
+             "\"id_reuse_policy\":\"allow_if_previous_failed\","
+             "\"attributes\":{\"local\":{\"n\":{\"default\":0}}},\"start\":[\"hold\"],\"states\":["
+             "{\"id\":\"hold\",\"wait_until\":{\"combine\":\"any_of\",\"commands\":["
+             "  {\"type\":\"timer\",\"delay\":\"'1h'\"},{\"type\":\"queue\",\"name\":\"go\"}]},\"next\":[\"done\"]},"
+             "{\"id\":\"done\",\"complete\":{\"n\":\"len(state.n)\"}}]}", proc);
+    it_import(NULL, doc);
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"lifecycle\",\"name\":\"%s\",\"version\":1,\"env\":\"test\",\"initial\":\"created\","
+             "\"states\":[{\"name\":\"created\",\"timeout\":{\"after\":3600000,\"event\":\"expire\"}},"
+             "  {\"name\":\"paid\"},{\"name\":\"expired\",\"final\":true}],"
+             "\"events\":[\"poke\",\"pay\",\"expire\"],"
+             "\"transitions\":[{\"from\":\"created\",\"event\":\"pay\",\"to\":\"paid\"},"
+             "  {\"from\":\"created\",\"event\":\"expire\",\"to\":\"expired\"}],"
+             "\"transition_route\":\"app\",\"routes\":{\"app\":{\"consumers\":[\"repair-app\"]}}}", life);
+    it_import(NULL, doc);
+}
+
+/* skip-wait (task), fire-timer, skip-wait (signal) into a failure, patch the failed
+ * instance, retry from the failed step: completes. */
+static void test_flow_verbs(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "task") > 0);
+    expect_outcome(apply(id, "skip-wait", "\"payload\":{\"ok\":true}"), "applied");
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id = '%s' AND status = 'open'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);   /* the skipped task is closed */
+    CU_ASSERT(wait_waiting(id, "timer") > 0);
+    expect_outcome(apply(id, "fire-timer", NULL), "applied");
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    /* The signal's wait completes; the next step (len of a missing word) fails. */
+    expect_outcome(apply(id, "skip-wait", "\"payload\":{}"), "applied");
+    json_t *failed = it_wait_instance(id, "failed", 30);
+    CU_ASSERT_PTR_NOT_NULL(failed);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(failed, "error"), "step")) ?: "",
+                           "/steps/3");
+    json_decref(failed);
+    expect_outcome(apply(id, "variables", "\"patch\":{\"word\":{\"a\":1,\"b\":2,\"c\":3,\"d\":4},\"junk\":null}"), "applied");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
+             " action = 'patch_variables' AND outcome = 'applied' AND NOT before->'variables' ? 'word'"
+             " AND after->'variables'->'word'->>'d' = '4'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);   /* before and after recorded */
+    char *st = status_of(id);
+    CU_ASSERT_STRING_EQUAL(st, "failed");     /* a patch alone does not revive it */
+    free(st);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'", id);
+    long long history_before = it_sql_number(sql);
+    expect_outcome(apply(id, "retry", "\"reason\":\"word fixed\""), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "len"), 4);
+    CU_ASSERT(it_sql_number(sql) > history_before);   /* history kept, and added to */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s' AND kind = 'repair'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 5);
+    CU_ASSERT_EQUAL(audit_count(id, "retry", "requested"), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "retry", "applied"), 1);
+    free(id);
+}
+
+/* fail ends the instance with the operator's error and closes its task; retry opens the
+ * wait again; retry from a named step. */
+static void test_flow_fail_retry(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "task") > 0);
+    expect_outcome(apply(id, "fail", "\"error\":{\"code\":\"stopped_by_ops\",\"message\":\"bad order\"}"),
+                   "applied");
+    json_t *failed = it_wait_instance(id, "failed", 30);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(failed, "error"), "code")) ?: "",
+                           "stopped_by_ops");
+    json_decref(failed);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id = '%s' AND status = 'open'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    expect_outcome(apply(id, "retry", NULL), "applied");
+    CU_ASSERT(wait_waiting(id, "task") > 0);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);   /* the task is open again */
+    /* Fail again, then retry from the named step "go": it waits for the signal. */
+    expect_outcome(apply(id, "fail", "\"error\":{\"code\":\"again\"}"), "applied");
+    json_decref(it_wait_instance(id, "failed", 30));
+    expect_outcome(apply(id, "retry", "\"step\":\"go\""), "applied");
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\",\"payload\":{}}", NULL), 202);
+    json_decref(it_wait_instance(id, "failed", 30));   /* keys() of no word, as designed */
+    expect_outcome(apply(id, "variables", "\"patch\":{\"word\":{\"x\":1,\"y\":2}}"), "applied");
+    expect_outcome(apply(id, "retry", NULL), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "len"), 2);
+    free(id);
+}
+
+static void test_process_verbs(void)
+{
+    char ref[80];
+    /* patch, then fire the timer of the any_of wait: completes with the patched value */
+    snprintf(ref, sizeof ref, "p1-%s", sfx);
+    char *id = start(proc, NULL, ref);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    expect_outcome(apply(id, "variables", "\"patch\":{\"n\":\"abc\"}"), "applied");
+    expect_outcome(apply(id, "fire-timer", NULL), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "n"), 3);
+    free(id);
+    /* skip the wait: the next state's complete fails (len of 0); patch, retry */
+    snprintf(ref, sizeof ref, "p2-%s", sfx);
+    id = start(proc, NULL, ref);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    expect_outcome(apply(id, "skip-wait", "\"payload\":{\"note\":1}"), "applied");
+    json_t *failed = it_wait_instance(id, "failed", 30);
+    CU_ASSERT_PTR_NOT_NULL(failed);
+    json_decref(failed);
+    expect_outcome(apply(id, "variables", "\"patch\":{\"n\":\"xy\"}"), "applied");
+    expect_outcome(apply(id, "retry", NULL), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "n"), 2);
+    free(id);
+    /* fail, retry: waits again in state hold; retry from a named state */
+    snprintf(ref, sizeof ref, "p3-%s", sfx);
+    id = start(proc, NULL, ref);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    expect_outcome(apply(id, "fail", "\"error\":{\"code\":\"ops\"}"), "applied");
+    json_decref(it_wait_instance(id, "failed", 30));
+    expect_outcome(apply(id, "retry", NULL), "applied");
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    expect_outcome(apply(id, "variables", "\"patch\":{\"n\":\"q\"}"), "applied");
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\",\"payload\":{}}", NULL), 202);
+    CU_ASSERT_EQUAL(output_int(id, "n"), 1);
+    free(id);
+    snprintf(ref, sizeof ref, "p4-%s", sfx);
+    id = start(proc, NULL, ref);
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    expect_outcome(apply(id, "fail", "\"error\":{\"code\":\"ops\"}"), "applied");
+    json_decref(it_wait_instance(id, "failed", 30));
+    expect_outcome(apply(id, "variables", "\"patch\":{\"n\":\"four\"}"), "applied");
+    expect_outcome(apply(id, "retry", "\"step\":\"done\""), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "n"), 4);
+    free(id);
+}
+
+static long trigger(const char *ref, const char *event, const char *rid, json_t **out)
+{
+    char body[400];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"%s\",\"event\":\"%s\","
+             "\"request_id\":\"%s\",\"payload\":{}}", life, ref, event, rid);
+    return it_http(IT_API, "POST", "/v1/triggers", body, out);
+}
+
+static void test_lifecycle_verbs(void)
+{
+    char ref[80];
+    json_t *out = NULL;
+    snprintf(ref, sizeof ref, "l1-%s", sfx);
+    CU_ASSERT_EQUAL_FATAL(trigger(ref, "poke", "l1-1", &out), 202);
+    char id[40];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(out, "instance_id")) ?: "");
+    json_decref(out);
+    CU_ASSERT(wait_applied(id, 2) >= 2);   /* START, then the (rejected) poke */
+    expect_outcome(apply(id, "fire-timer", NULL), "applied");   /* expire: to the final state */
+    json_t *done = it_wait_instance(id, "completed", 30);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(done, "output"), "state")) ?: "",
+                           "expired");
+    json_decref(done);
+
+    snprintf(ref, sizeof ref, "l2-%s", sfx);
+    CU_ASSERT_EQUAL_FATAL(trigger(ref, "poke", "l2-1", &out), 202);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(out, "instance_id")) ?: "");
+    json_decref(out);
+    CU_ASSERT(wait_applied(id, 2) >= 2);   /* START, then the (rejected) poke */
+    long long v = version_of(id);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", v, "\"patch\":{\"a\":1}", NULL), 409);
+    CU_ASSERT_EQUAL(post_verb(id, "skip-wait", v, NULL, NULL), 409);
+    expect_outcome(apply(id, "fail", "\"error\":{\"code\":\"lost\"}"), "applied");
+    json_decref(it_wait_instance(id, "failed", 30));
+    CU_ASSERT_EQUAL(post_verb(id, "retry", version_of(id), "\"step\":\"nowhere\"", NULL), 400);
+    expect_outcome(apply(id, "retry", NULL), "applied");
+    CU_ASSERT(wait_waiting(id, NULL) > 0);
+    char *st = status_of(id);
+    CU_ASSERT_STRING_EQUAL(st, "waiting");
+    free(st);
+    CU_ASSERT_EQUAL(trigger(ref, "pay", "l2-2", NULL), 202);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.runtime_states WHERE instance_id = '%s'"
+             " AND snapshot->>'current' = 'paid'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+}
+
+typedef struct {
+    const char *id;
+    const char *verb;
+    char extra[128];
+    long long ev;
+    long status;
+    char signal_id[64];
+} racer_t;
+
+static void *race_verb(void *arg)
+{
+    racer_t *r = arg;
+    r->status = post_verb(r->id, r->verb, r->ev, r->extra[0] ? r->extra : NULL, r->signal_id);
+    return NULL;
+}
+
+static void *race_signal(void *arg)
+{
+    racer_t *r = arg;
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", r->id);
+    r->status = it_http(IT_API, "POST", path, "{\"name\":\"noise\",\"payload\":{}}", NULL);
+    return NULL;
+}
+
+/* `nverbs` verbs with one expected_version, at once, with `nsignals` signals waking
+ * the instance meanwhile. Returns how many were applied; checks the audit log. */
+static int race(const char *id, int nverbs, int nsignals, const char *const *verbs, const char *const *extras)
+{
+    long long ev = version_of(id);
+    racer_t r[64];
+    pthread_t th[64];
+    int n = nverbs + nsignals, verbs_made = 0, signals_made = 0;
+    for (int i = 0; i < n; i++) {   /* verbs and signals interleaved */
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].id = id;
+        r[i].ev = ev;
+        if ((i % 2 == 0 && verbs_made < nverbs) || signals_made >= nsignals) {
+            r[i].verb = verbs[verbs_made % 2];
+            snprintf(r[i].extra, sizeof r[i].extra, "%s", extras[verbs_made % 2]);
+            verbs_made++;
+        } else {
+            signals_made++;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, r[i].verb ? race_verb : race_signal, &r[i]);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    int accepted = 0, applied = 0, rejected = 0, refused = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].verb == NULL)
+            continue;
+        if (r[i].status != 202) {
+            refused += r[i].status == 409;
+            continue;
+        }
+        accepted++;
+        char *o = outcome_of(r[i].signal_id);
+        applied += strcmp(o, "applied") == 0;
+        rejected += strcmp(o, "rejected") == 0;
+        free(o);
+    }
+    printf("\n    race: %d verbs (expected_version %lld) and %d signals: %d accepted, %d refused 409 "
+           "at the API, %d applied, %d rejected by the executor; state_version now %lld\n",
+           verbs_made, ev, n - verbs_made, accepted, refused, applied, rejected, version_of(id));
+    CU_ASSERT(accepted >= 1);
+    CU_ASSERT_EQUAL(applied + rejected, accepted);
+    CU_ASSERT_EQUAL(accepted + refused, verbs_made);
+    return applied;
+}
+
+static void test_race(void)
+{
+    /* Patches racing each other and buffered signals (wake-ups that keep the version). */
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "task") > 0);
+    long long ev = version_of(id);
+    static const char *const patch[] = {"variables", "variables"};
+    static const char *const patch_args[] = {"\"patch\":{\"who\":\"a\"}", "\"patch\":{\"who\":\"b\"}"};
+    CU_ASSERT_EQUAL(race(id, 12, 12, patch, patch_args), 1);
+    CU_ASSERT_EQUAL(version_of(id), ev + 1);   /* one change, not two */
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = 'patch_variables' AND outcome = 'applied'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = 'patch_variables' AND outcome = 'rejected'"
+             " AND detail->>'why' = 'the signal expected another state version'", id);
+    long long rejected = it_sql_number(sql);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = 'patch_variables' AND outcome = 'requested'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), rejected + 1);
+    /* Fire-timer and skip-wait racing on a timer wait: one of them moves the instance. */
+    expect_outcome(apply(id, "skip-wait", NULL), "applied");
+    CU_ASSERT(wait_waiting(id, "timer") > 0);
+    static const char *const mixed[] = {"fire-timer", "skip-wait"};
+    static const char *const mixed_args[] = {"", ""};
+    CU_ASSERT_EQUAL(race(id, 10, 10, mixed, mixed_args), 1);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);   /* past the timer once, not twice */
+    free(id);
+}
+
+/* A wake-up that fails on every attempt while the trigger below is in place. */
+static void install_failing_write(void)
+{
+    CU_ASSERT(it_sql_exec(
+        "CREATE OR REPLACE FUNCTION public.repair_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'repair test: bad go' USING ERRCODE = 'check_violation'; END $$;"
+        "DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states;"
+        "CREATE TRIGGER repair_test_refuse BEFORE UPDATE ON strand.runtime_states FOR EACH ROW"
+        " WHEN (NEW.snapshot->'state'->'go'->>'bad' = 'true' OR NEW.snapshot->'input'->>'boom' = 'true') EXECUTE FUNCTION public.repair_test_refuse()"));
+}
+
+/* Starts the signal flow and sends go {bad: true}; returns the instance once its wake-up
+ * is dead-lettered, with the letter's id in *letter (caller frees both). */
+static char *dead_lettered(char **letter)
+{
+    char *id = start(sig_flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    char path[160], sql[300];
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\",\"payload\":{\"bad\":true}}", NULL), 202);
+    snprintf(sql, sizeof sql, "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+             " WHERE instance_id = '%s' AND last_error ? 'dead_letter_id'", id);
+    *letter = it_wait_text(sql, 60);
+    CU_ASSERT_PTR_NOT_NULL(*letter);
+    return id;
+}
+
+static void test_dead_letters(void)
+{
+    install_failing_write();
+    char *letter = NULL;
+    char *id = dead_lettered(&letter);
+    if (letter == NULL) {
+        it_sql_exec("DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states");
+        free(id);
+        return;
+    }
+    char path[160], sql[400];
+    snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", letter);
+    /* bad input changes nothing */
+    CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":[1]}", NULL), 400);
+    CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":", NULL), 400);
+    CU_ASSERT_EQUAL(it_http(IT_API, "PUT", "/v1/dead-letters/999999999/payload", "{\"payload\":{}}", NULL), 404);
+    /* edit, then replay: the edited signal is applied */
+    json_t *out = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{\"bad\":false}}", &out), 200);
+    json_decref(out);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE target = 'dead_letter:%s'"
+             " AND action = 'edit_dead_letter' AND before->>'bad' = 'true' AND after->>'bad' = 'false'"
+             " AND instance_id = '%s'", letter, id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(path, sizeof path, "/v1/dead-letters/%s/replay", letter);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{}", NULL), 200);
+    json_t *done = it_wait_instance(id, "completed", 30);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    CU_ASSERT(json_is_false(json_object_get(json_object_get(done, "output"), "bad")));
+    json_decref(done);
+    snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", letter);
+    CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{}}", NULL), 409);   /* not open */
+    free(id);
+    free(letter);
+
+    /* a dead-lettered control signal (a REPAIR whose patch the failing write refuses)
+     * cannot be edited */
+    id = start(sig_flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", version_of(id), "\"patch\":{\"go\":{\"bad\":true}}", NULL), 202);
+    snprintf(sql, sizeof sql, "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+             " WHERE instance_id = '%s' AND last_error ? 'dead_letter_id'", id);
+    char *control = it_wait_text(sql, 60);
+    CU_ASSERT_PTR_NOT_NULL(control);
+    if (control != NULL) {
+        snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", control);
+        out = NULL;
+        CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{\"verb\":\"fail\"}}", &out), 409);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "code")) ?: "", "not_editable");
+        json_decref(out);
+    }
+    free(control);
+    free(id);
+
+    /* retry of a live instance whose wake-up was dead-lettered, once the cause is gone;
+     * and of one whose START was (it never ran a step) */
+    id = dead_lettered(&letter);
+    char *unstarted = start(sig_flow, "{\"boom\":true}", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(unstarted);
+    snprintf(sql, sizeof sql, "SELECT last_error->>'dead_letter_id' FROM strand.runtime_states"
+             " WHERE instance_id = '%s' AND last_error ? 'dead_letter_id'", unstarted);
+    char *start_letter = it_wait_text(sql, 60);
+    CU_ASSERT_PTR_NOT_NULL(start_letter);
+    if (letter != NULL) {
+        long long v = version_of(id);
+        CU_ASSERT(it_sql_exec("DROP TRIGGER repair_test_refuse ON strand.runtime_states"));
+        char sid[64];
+        CU_ASSERT_EQUAL(post_verb(id, "retry", v, "\"reason\":\"trigger dropped\"", sid), 202);
+        expect_outcome(outcome_of(sid), "applied");
+        done = it_wait_instance(id, "completed", 30);
+        CU_ASSERT_PTR_NOT_NULL(done);
+        CU_ASSERT(json_is_true(json_object_get(json_object_get(done, "output"), "bad")));
+        json_decref(done);
+        snprintf(sql, sizeof sql, "SELECT status FROM strand.dead_letters WHERE id = %s", letter);
+        char *st = it_sql_text(sql);
+        CU_ASSERT_STRING_EQUAL(st ? st : "", "replayed");
+        free(st);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
+                 " action = 'retry' AND outcome = 'applied' AND after->>'redelivered_dead_letter_id' = '%s'",
+                 id, letter);
+        CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    }
+    it_sql_exec("DROP TRIGGER IF EXISTS repair_test_refuse ON strand.runtime_states");
+    if (start_letter != NULL) {
+        char sid[64];
+        CU_ASSERT_EQUAL(post_verb(unstarted, "retry", version_of(unstarted), NULL, sid), 202);
+        expect_outcome(outcome_of(sid), "applied");
+        CU_ASSERT(wait_waiting(unstarted, "signal") > 0);   /* START ran at last */
+    }
+    free(unstarted);
+    free(start_letter);
+    free(id);
+    free(letter);
+
+    /* a letter that is not a signal (garbage on the ingress topic): 409 */
+    long long before = it_sql_number("SELECT coalesce(max(id), 0) FROM strand.dead_letters");
+    CU_ASSERT(it_produce_ingress("not a command", 13));
+    snprintf(sql, sizeof sql, "SELECT max(id) FROM strand.dead_letters WHERE id > %lld"
+             " AND source_topic LIKE '%%ingress'", before);
+    char *other = it_wait_text(sql, 30);
+    CU_ASSERT_PTR_NOT_NULL(other);
+    if (other != NULL) {
+        snprintf(path, sizeof path, "/v1/dead-letters/%s/payload", other);
+        out = NULL;
+        CU_ASSERT_EQUAL(it_http(IT_API, "PUT", path, "{\"payload\":{}}", &out), 409);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "code")) ?: "", "not_a_signal");
+        json_decref(out);
+    }
+    free(other);
+}
+
+/* Bad input: 400 / 404 / 409, and nothing changes (version, audit log). */
+static void test_bad_input(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    long long v = wait_waiting(id, "task");
+    char path[160], sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'", id);
+    snprintf(path, sizeof path, "/v1/instances/%s/variables", id);
+    json_t *out = NULL;
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"patch\":{\"a\":1}}", NULL), 400);   /* no expected_version */
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"expected_version\":\"1\",\"patch\":{}}", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", v, "\"patch\":[1]", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", v, "\"patch\":\"x\"", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "fail", v, "\"error\":{\"message\":\"no code\"}", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "fail", v, NULL, NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "skip-wait", v, "\"payload\":5", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb(id, "retry", v, "\"step\":7", NULL), 400);
+    CU_ASSERT_EQUAL(post_verb("not-a-uuid", "retry", v, NULL, NULL), 400);
+    CU_ASSERT_EQUAL(post_verb("00000000-0000-4000-8000-00000000abcd", "retry", 1, NULL, NULL), 404);
+    /* 409: a version the instance no longer has, and verbs that do not apply */
+    snprintf(path, sizeof path, "/v1/instances/%s/fire-timer", id);
+    char body[100];
+    snprintf(body, sizeof body, "{\"expected_version\":%lld}", v + 7);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, body, &out), 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "code")) ?: "", "version_mismatch");
+    json_decref(out);
+    out = NULL;
+    snprintf(body, sizeof body, "{\"expected_version\":%lld}", v);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, body, &out), 409);   /* waits on a task, no timer */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(out, "code")) ?: "", "not_applicable");
+    json_decref(out);
+    CU_ASSERT_EQUAL(post_verb(id, "retry", v, NULL, NULL), 409);   /* not failed, nothing dead-lettered */
+    CU_ASSERT_EQUAL(post_verb(id, "retry", v, "\"step\":\"nowhere\"", NULL), 409);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);   /* no audit row */
+    CU_ASSERT_EQUAL(version_of(id), v);       /* nothing changed */
+    /* A completed instance: every verb is 409. */
+    expect_outcome(apply(id, "skip-wait", NULL), "applied");
+    wait_waiting(id, "timer");
+    expect_outcome(apply(id, "variables", "\"patch\":{\"word\":{\"w\":1}}"), "applied");
+    expect_outcome(apply(id, "fire-timer", NULL), "applied");
+    wait_waiting(id, "signal");
+    expect_outcome(apply(id, "skip-wait", NULL), "applied");
+    CU_ASSERT_EQUAL(output_int(id, "len"), 1);
+    v = version_of(id);
+    CU_ASSERT_EQUAL(post_verb(id, "retry", v, NULL, NULL), 409);
+    CU_ASSERT_EQUAL(post_verb(id, "variables", v, "\"patch\":{}", NULL), 409);
+    CU_ASSERT_EQUAL(post_verb(id, "fail", v, "\"error\":{\"code\":\"x\"}", NULL), 409);
+    free(id);
+}
+
+/* The verbs over Kafka ingress: COMMAND_TYPE_PATCH_VARIABLES, then _FIRE_TIMER. */
+static void test_ingress(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    long long v = wait_waiting(id, "task");
+    char args[200];
+    snprintf(args, sizeof args, "{\"expected_version\":%lld,\"patch\":{\"via\":\"kafka\"}}", v);
+    CU_ASSERT(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PATCH_VARIABLES, NULL, id, args));
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
+             " action = 'patch_variables' AND outcome = 'applied' AND after->'variables'->>'via' = 'kafka'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+    snprintf(args, sizeof args, "{\"expected_version\":%lld,\"payload\":{}}", v + 1);
+    CU_ASSERT(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SKIP_WAIT, NULL, id, args));
+    CU_ASSERT(wait_waiting(id, "timer") > 0);
+    free(id);
+}
+
+/* Runs strandctl against this test's API with `args`; returns its exit status. */
+static int strandctl(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl --api http://127.0.0.1:%d %s >/dev/null 2>&1",
+             it_bin_dir(), it_port(IT_API), args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* strandctl's repair subcommands reach the routes. */
+static void test_strandctl(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    long long v = wait_waiting(id, "task");
+    char args[600], sql[300];
+    snprintf(args, sizeof args, "instances patch-variables %s --patch '{\"cli\":1}'", id);
+    CU_ASSERT_EQUAL(strandctl(args), 2);   /* --expected-version is required */
+    snprintf(args, sizeof args, "instances patch-variables %s --expected-version %lld --patch '{\"cli\":1}'"
+             " --reason 'from strandctl'", id, v);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
+             " action = 'patch_variables' AND outcome = 'applied'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+    snprintf(args, sizeof args, "instances skip-wait %s --expected-version %lld --payload '{\"ok\":true}'", id, v + 1);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "timer") > 0);
+    snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 7);
+    CU_ASSERT_EQUAL(strandctl(args), 1);   /* 409 version_mismatch */
+    snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 2);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    snprintf(args, sizeof args, "instances fail %s --expected-version %lld --code cli_stop --message 'by hand'",
+             id, v + 3);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    json_decref(it_wait_instance(id, "failed", 30));
+    snprintf(args, sizeof args, "instances retry %s --expected-version %lld --step go", id, v + 4);
+    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT(wait_waiting(id, "signal") > 0);
+    CU_ASSERT_EQUAL(strandctl("dead-letters edit 999999999 --payload '{}'"), 1);   /* 404 */
+    free(id);
+}
+
+int main(void)
+{
+    if (!it_init("test_repair"))
+        return 1;
+    snprintf(sfx, sizeof sfx, "%ld-%d", (long)time(NULL), (int)getpid());
+    snprintf(flow, sizeof flow, "repair-flow-%s", sfx);
+    snprintf(sig_flow, sizeof sig_flow, "repair-sig-%s", sfx);
+    snprintf(proc, sizeof proc, "repair-proc-%s", sfx);
+    snprintf(life, sizeof life, "repair-life-%s", sfx);
+    static const it_case_t cases[] = {
+        {"setup", test_setup},
+        {"flow: skip-wait, fire-timer, patch a failed instance, retry to completion", test_flow_verbs},
+        {"flow: fail, retry reopens the wait, retry from a named step", test_flow_fail_retry},
+        {"process: patch, fire-timer, skip-wait, fail, retry", test_process_verbs},
+        {"lifecycle: fire-timer, fail, retry; patch and skip-wait do not apply", test_lifecycle_verbs},
+        {"verbs racing wake-ups: exactly one applies", test_race},
+        {"dead letters: edit then replay; retry redelivers", test_dead_letters},
+        {"bad input changes nothing", test_bad_input},
+        {"verbs over Kafka ingress", test_ingress},
+        {"strandctl's repair subcommands", test_strandctl},
+    };
+    return it_run_suite("repair", cases, (int)(sizeof cases / sizeof cases[0]));
+}
