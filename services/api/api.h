@@ -61,7 +61,7 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *i
 
 /* ---- the service and its routes ------------------------------------------------------------------ */
 
-#define ST_API_MAX_COMMAND_ROUTES 16
+#define ST_API_MAX_COMMAND_ROUTES 32
 
 /* A POST route bound to a command. */
 typedef struct {
@@ -115,6 +115,16 @@ void st_api_retention_register(st_api_t *api);
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,
                 const json_t *args, st_answer_t *out);
+
+/* ---- pause ---- pause, resume and rewind of an instance; pause/resume of a definition
+ * version (pause.c). {expected_version, reason?, to_version (rewind)} */
+void st_cmd_pause(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                  st_answer_t *out);
+void st_cmd_resume(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_rewind(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_api_pause_register(st_api_t *api);
 
 /* ---- instances.c, for the long polls of wait_loop.c ------------------------------ */
 

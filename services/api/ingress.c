@@ -41,6 +41,10 @@ static st_cmd_fn command_for(Strand__V1__CommandType type)
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TASK_COMPLETE: return st_cmd_task_complete;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK: return st_cmd_ack;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER: return st_cmd_trigger;
+    /* ---- pause ---- */
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PAUSE: return st_cmd_pause;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RESUME: return st_cmd_resume;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_REWIND: return st_cmd_rewind;
     default: return NULL;
     }
 }

@@ -53,6 +53,12 @@ static const st_perm_rule_t route_rules[] = {
     RULE("POST", "/v1/dead-letters/{id}/discard", DEAD_LETTERS_OPERATE, NONE),
     RULE("POST", "/v1/triggers", TRIGGERS_SEND, ARG_DEFINITION),
     RULE("POST", "/v1/retention/run", ADMIN, NONE),
+    /* ---- pause ---- */
+    RULE("POST", "/v1/instances/{id}/pause", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/resume", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/rewind", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/definitions/{name}/{version}/pause", INSTANCES_OPERATE, PATH_NAME),
+    RULE("POST", "/v1/definitions/{name}/{version}/resume", INSTANCES_OPERATE, PATH_NAME),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the
@@ -74,6 +80,10 @@ static const struct {
      RULE(NULL, "TASK_COMPLETE", TASKS_ACT, TASK)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_ACK, RULE(NULL, "ACK", ACKS_SEND, ARG_CONSUMER)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_TRIGGER, RULE(NULL, "TRIGGER", TRIGGERS_SEND, ARG_DEFINITION)},
+    /* ---- pause ---- */
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PAUSE, RULE(NULL, "PAUSE", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RESUME, RULE(NULL, "RESUME", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_REWIND, RULE(NULL, "REWIND", INSTANCES_OPERATE, INSTANCE)},
 };
 
 static const char *const sql_instance_definition =

@@ -26,6 +26,10 @@ typedef enum {
     ST_SIGNAL_CANCEL = 8,
     ST_SIGNAL_TERMINATE = 9,
     ST_SIGNAL_CONTINUE = 10,
+    /* ---- pause ---- operator verbs (services/executor/pause.c) */
+    ST_SIGNAL_PAUSE = 12,
+    ST_SIGNAL_RESUME = 13,
+    ST_SIGNAL_REWIND = 14,
 } st_signal_type_t;
 
 typedef struct {
@@ -67,7 +71,7 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
 
 /* 1 for the signal types the executor applies only with Strand's record of them
- * (CANCEL, TERMINATE): nothing but Strand's own services may end an instance, so a
+ * (CANCEL, TERMINATE, and the operator verbs PAUSE, RESUME, REWIND): nothing but Strand's own services may end an instance, so a
  * message produced straight onto the signals topic cannot. */
 int st_signal_needs_record(st_signal_type_t type);
 
