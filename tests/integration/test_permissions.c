@@ -82,6 +82,17 @@ static const struct {
      "{\"definition\":\"no_such_def_perm\",\"external_ref\":\"x\",\"event\":\"e\"}"},
     {"POST", "/v1/retention/run", "admin", "/v1/retention/run",
      "{\"older_than_days\":36500,\"dry_run\":true}"},
+    /* ---- pause ---- */
+    {"POST", "/v1/instances/{id}/pause", "instances:operate", "/v1/instances/" ZERO_ID "/pause",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/resume", "instances:operate", "/v1/instances/" ZERO_ID "/resume",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/rewind", "instances:operate", "/v1/instances/" ZERO_ID "/rewind",
+     "{\"expected_version\":2,\"to_version\":1}"},
+    {"POST", "/v1/definitions/{name}/{version}/pause", "instances:operate",
+     "/v1/definitions/no_such_def_perm/1/pause", "{}"},
+    {"POST", "/v1/definitions/{name}/{version}/resume", "instances:operate",
+     "/v1/definitions/no_such_def_perm/1/resume", "{}"},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 
