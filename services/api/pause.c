@@ -167,7 +167,8 @@ static void instance_verb(PGconn *conn, const st_principal_t *who, const char *i
             return;
         }
         if (PQntuples(res) == 0)
-            why = "no snapshot is kept for this to_version (only the latest 64 versions are)";
+            why = "no snapshot is kept for this to_version (only the latest 64 versions at which "
+                  "the instance waited are)";
         else if (strcmp(PQgetvalue(res, 0, 0), "completed") == 0 ||
                  strcmp(PQgetvalue(res, 0, 0), "failed") == 0)
             why = "the instance had ended at this to_version: rewind to a version before its end";

@@ -261,7 +261,7 @@ static st_err_t rewind_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
                                   node_id};
         err = st_instance_store_rewind_tx(conn, &r, eb);
     }
-    if (err == ST_OK)
+    if (err == ST_OK && run.status == ST_RUN_WAITING)
         err = st_snapshot_log_keep_tx(conn, sig->instance_id, inst->version + 1, snapshot, eb);
     if (err == ST_OK) {
         json_t *h = verb_detail(sig);

@@ -256,8 +256,9 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     st_err_t err = detail_text == NULL
                        ? st_err_set(eb, ST_ERR_NOMEM, "could not encode history")
                        : st_pg_queue_bin(conn, sql_run_persist, 12, params, NULL, NULL, eb);
-    /* ---- pause ---- the snapshot is kept by the version it produced, for a rewind */
-    if (err == ST_OK)
+    /* ---- pause ---- the snapshot is kept by the version it produced, for a rewind (an
+     * ended one never is: nothing can continue from it) */
+    if (err == ST_OK && run->status == ST_RUN_WAITING)
         err = st_snapshot_log_keep_tx(conn, sig->instance_id, atoll(old_version) + 1, snapshot, eb);
     free(snapshot);
     free(output_text);

@@ -9,6 +9,12 @@
 #define ST_STR_(x) #x
 #define ST_STR(x) ST_STR_(x)
 
+/* The first ST_SNAPSHOT_LOG_KEEP versions have nothing older to drop. */
+static const char *const sql_keep_first =
+    "INSERT INTO strand.snapshot_log (instance_id, state_version, snapshot)"
+    " VALUES ($1::uuid, $2::bigint, $3::jsonb)"
+    " ON CONFLICT (instance_id, state_version) DO UPDATE SET snapshot = EXCLUDED.snapshot,"
+    "   created_at = now()";
 static const char *const sql_keep =
     "WITH d AS (DELETE FROM strand.snapshot_log WHERE instance_id = $1::uuid"
     "   AND state_version <= $2::bigint - " ST_STR(ST_SNAPSHOT_LOG_KEEP) ")"
@@ -27,7 +33,8 @@ st_err_t st_snapshot_log_keep_tx(PGconn *conn, const char *instance_id,
     char version[24];
     snprintf(version, sizeof version, "%lld", state_version);
     const char *params[] = {instance_id, version, snapshot_text};
-    return st_pg_queue_bin(conn, sql_keep, 3, params, NULL, NULL, eb);
+    return st_pg_queue_bin(conn, state_version > ST_SNAPSHOT_LOG_KEEP ? sql_keep : sql_keep_first, 3,
+                           params, NULL, NULL, eb);
 }
 
 st_err_t st_snapshot_log_get(PGconn *conn, const char *instance_id, long long state_version,

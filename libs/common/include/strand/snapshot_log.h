@@ -13,13 +13,14 @@
 
 #include "strand/err.h"
 
-/* How many of an instance's latest snapshots are kept (older ones are deleted as new
+/* How many of an instance's latest versions are kept (older ones are deleted as new
  * ones are written): the depth of a rewind. */
 #define ST_SNAPSHOT_LOG_KEEP 64
 
 /* Keeps `snapshot_text` (the JSON text written to the runtime state) as the snapshot of
  * `instance_id` at `state_version` and drops those older than ST_SNAPSHOT_LOG_KEEP
- * versions. Queued (st_pg_queue_bin): it travels with the transaction's next statement
+ * versions. Callers keep only snapshots of a waiting instance (an ended one is no
+ * place to continue from). Queued (st_pg_queue_bin): it travels with the transaction's next statement
  * or COMMIT. Borrowed strings. Expects the caller's open transaction. */
 st_err_t st_snapshot_log_keep_tx(PGconn *conn, const char *instance_id,
                                  long long state_version, const char *snapshot_text,
