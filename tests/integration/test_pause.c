@@ -9,6 +9,7 @@
  * 409 on a stale expected_version and 400 on bad input, changing nothing.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,14 @@
 #include "harness.h"
 #include "st_test.h"
 #include "strand/proto/strand.pb-c.h"
+#include "strand/signal.h"
 
 #define T_ADMIN "pause-admin-token-0123456789"
 #define T_OPS "pause-ops-token-0123456789"      /* instances:operate and read only */
 #define T_READER "pause-reader-token-0123456789" /* instances:read only */
 
 static char sfx[48], tim[80], sig3[80], hold[80], dpv[80], kid[80], parent[80], lc[80], proc[80],
-    race[80];
+    race[80], failing[80];
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -272,6 +274,14 @@ static void test_setup(void)
              "{\"id\":\"more\",\"type\":\"wait_signal\",\"name\":\"more\"},"
              "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", race);
     import(doc);
+    /* fails when a's payload says so */
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"a\",\"type\":\"wait_signal\",\"name\":\"a\"},"
+             "{\"id\":\"check\",\"type\":\"if\",\"condition\":\"state.a.bad\",\"then\":["
+             "  {\"id\":\"boom\",\"type\":\"fail\",\"error\":{\"code\":\"'bad_input'\"}}]},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"ok\":true}}]}", failing);
+    import(doc);
 }
 
 /* Pausing through a timer: the timer fires while paused and nothing moves (the wake-up
@@ -515,9 +525,15 @@ static void test_rewind_lifecycle(void)
              " AND snapshot->>'current' = 'paid'", id);
     CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 30), 1);
     long long paid = version_of(id);
+    /* paused, a trigger is kept; resumed, it applies */
+    pause_now(id);
     snprintf(body, sizeof body, "{\"definition\":\"%s\",\"external_ref\":\"%s\",\"event\":\"ship\","
              "\"request_id\":\"s1\",\"payload\":{}}", lc, ref);
     CU_ASSERT_TRUE(post(T_ADMIN, "/v1/triggers", body, NULL) / 100 == 2);
+    CU_ASSERT_EQUAL(wait_history(id, "signal_held", 1, 30), 1);
+    expect_status(id, "paused");
+    CU_ASSERT_EQUAL(version_of(id), paid);
+    resume_now(id);
     json_t *done = wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL_FATAL(done);
     json_decref(done);
@@ -559,11 +575,16 @@ static void test_rewind_process(void)
     snprintf(body, sizeof body, "{\"expected_version\":%lld,\"to_version\":%lld}", v, in_a);
     CU_ASSERT_EQUAL(verb(T_OPS, id, "rewind", body, NULL), 202);
     CU_ASSERT_EQUAL(wait_history(id, "rewound", 1, 30), 1);
-    /* waits in a (q1) again: q2 alone is kept for later, q1 moves it on */
+    /* waits in a (q1) again: q2 alone is kept for later; q1, sent while paused, is
+     * kept until the resume and then moves it on */
     send_signal(id, "q2", "{}");
     sleep(1);
     expect_status(id, "waiting");
+    pause_now(id);
     send_signal(id, "q1", "{\"x\":2}");
+    CU_ASSERT_EQUAL(wait_history(id, "signal_held", 1, 30), 1);
+    expect_status(id, "paused");
+    resume_now(id);
     json_t *done = wait_instance(id, "completed", 60);
     CU_ASSERT_PTR_NOT_NULL(done);
     json_decref(done);
@@ -571,6 +592,109 @@ static void test_rewind_process(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
              " AND kind = 'command_result' AND detail->>'queue' = 'q1'", id);
     CU_ASSERT_EQUAL(it_sql_number(sql), 2);
+    free(id);
+}
+
+/* Rewind of a failed instance (Temporal's reset after a failure): it continues from
+ * before the failing step, as waiting again. */
+static void test_rewind_failed(void)
+{
+    char *id = it_start_instance(T_ADMIN, failing, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
+    long long waiting = version_of(id);
+    send_signal(id, "a", "{\"bad\":true}");
+    json_t *failed = wait_instance(id, "failed", 60);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(failed);
+    json_decref(failed);
+    long long v = version_of(id);
+    char body[200];
+    /* the failed version itself is no place to continue from */
+    snprintf(body, sizeof body, "{\"expected_version\":%lld,\"to_version\":%lld}", v, v);
+    CU_ASSERT_EQUAL(verb(T_OPS, id, "rewind", body, NULL), 400);
+    snprintf(body, sizeof body, "{\"expected_version\":%lld,\"to_version\":%lld}", v, waiting);
+    CU_ASSERT_EQUAL(verb(T_OPS, id, "rewind", body, NULL), 202);
+    CU_ASSERT_TRUE(wait_status(id, "waiting", 30));
+    json_t *inst = NULL;
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, &inst), 200);
+    CU_ASSERT_TRUE(json_is_null(json_object_get(inst, "error")));
+    CU_ASSERT_TRUE(json_is_null(json_object_get(inst, "ended_at")));
+    json_decref(inst);
+    send_signal(id, "a", "{\"bad\":false}");
+    json_t *done = wait_instance(id, "completed", 60);
+    CU_ASSERT_PTR_NOT_NULL(done);
+    json_decref(done);
+    free(id);
+}
+
+/* A definition version resumed while the executor is down (killed): the drain is in
+ * the resume's transaction (outbox), so the restarted executor applies every kept
+ * wake-up, once. */
+static void test_definition_resume_executor_down(void)
+{
+    char *id[2];
+    for (int i = 0; i < 2; i++) {
+        id[i] = it_start_instance(T_ADMIN, dpv, NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(id[i]);
+        CU_ASSERT_TRUE_FATAL(wait_waiting(id[i], 1, 30));
+    }
+    char path[300];
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/pause", dpv);
+    CU_ASSERT_EQUAL(post(T_OPS, path, "{}", NULL), 200);
+    for (int i = 0; i < 2; i++)
+        send_signal(id[i], "go", "{\"i\":5}");
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_EQUAL(wait_history(id[i], "signal_held", 1, 30), 1);
+    CU_ASSERT_EQUAL(it_stop(IT_EXECUTOR, SIGKILL, 10), 128 + SIGKILL);
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/resume", dpv);
+    json_t *got = NULL;
+    CU_ASSERT_EQUAL(post(T_OPS, path, "{}", &got), 200);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(got, "instances_drained")), 2);
+    json_decref(got);
+    CU_ASSERT_TRUE_FATAL(it_start(IT_EXECUTOR) > 0);
+    for (int i = 0; i < 2; i++) {
+        json_t *done = wait_instance(id[i], "completed", 90);
+        CU_ASSERT_PTR_NOT_NULL(done);
+        json_decref(done);
+        CU_ASSERT_EQUAL(history_count(id[i], "wakeup"), 2);
+        free(id[i]);
+    }
+}
+
+/* The executor re-checks: a PAUSE (and a REWIND) whose expected_version moved after the
+ * API's check (enqueued here as the API does, with Strand's record) is dropped with a
+ * StaleSignal notice and an audit row "rejected"; nothing changes. */
+static void test_executor_rechecks(void)
+{
+    char *id = it_start_instance(T_ADMIN, hold, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
+    send_signal(id, "go", "{}");
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 2, 30));
+    long long v = version_of(id);
+    long long notices = it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'");
+    PGconn *conn = it_pg_begin();
+    st_signal_t sig;
+    st_errbuf_t eb;
+    st_signal_init(&sig, ST_SIGNAL_PAUSE, id, v - 1);   /* what an operator saw before "go" */
+    sig.payload = json_pack("{s:s}", "actor", "olga");
+    CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, &sig, &eb), ST_OK);
+    st_signal_close(&sig);
+    st_signal_init(&sig, ST_SIGNAL_REWIND, id, v - 1);
+    sig.payload = json_pack("{s:s, s:i}", "actor", "olga", "to_version", 1);
+    CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, &sig, &eb), ST_OK);
+    st_signal_close(&sig);
+    it_pg_commit(conn);
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND outcome = 'rejected' AND detail->>'why' LIKE '%%state_version is %lld%%'", id, v);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 2, 30), 2);
+    CU_ASSERT_TRUE(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'") >= notices + 2);
+    expect_status(id, "waiting");
+    CU_ASSERT_EQUAL(version_of(id), v);
+    CU_ASSERT_EQUAL(history_count(id, "paused") + history_count(id, "rewound"), 0);
     free(id);
 }
 
@@ -595,7 +719,7 @@ static void *race_pause(void *p)
 
 static void test_pause_races_wakeup(void)
 {
-    int paused_first = 0, wakeup_first = 0;
+    int paused_first = 0, wakeup_first = 0, refused_by_api = 0;
     for (int round = 0; round < 6; round++) {
         char *id = it_start_instance(T_ADMIN, race, NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(id);
@@ -629,6 +753,7 @@ static void test_pause_races_wakeup(void)
             CU_ASSERT_TRUE(wait_waiting(id, arg.v + 1, 30));
         } else {
             wakeup_first++;
+            refused_by_api += arg.status == 409;
             CU_ASSERT_EQUAL(rejected + (arg.status == 409), 1);
             CU_ASSERT_TRUE(wait_waiting(id, arg.v + 1, 30));
             expect_status(id, "waiting");
@@ -641,7 +766,8 @@ static void test_pause_races_wakeup(void)
         CU_ASSERT_EQUAL(version_of(id), arg.v + 1);
         free(id);
     }
-    printf("\n  pause first: %d rounds, wake-up first: %d rounds\n", paused_first, wakeup_first);
+    printf("\n  pause first: %d rounds, wake-up first: %d rounds (%d refused by the API, %d by the "
+           "executor)\n", paused_first, wakeup_first, refused_by_api, wakeup_first - refused_by_api);
 }
 
 /* The verbs over Kafka ingress: PAUSE and RESUME commands, same checks as HTTP. */
@@ -812,6 +938,7 @@ int main(void)
     snprintf(lc, sizeof lc, "pause-lc-%s", sfx);
     snprintf(proc, sizeof proc, "pause_proc_%ld_%d", (long)time(NULL), (int)getpid());
     snprintf(race, sizeof race, "pause-race-%s", sfx);
+    snprintf(failing, sizeof failing, "pause-failing-%s", sfx);
     static const it_case_t cases[] = {
         {"setup", test_setup},
         {"pause through a timer: kept while paused, applied on resume", test_pause_through_timer},
@@ -821,6 +948,9 @@ int main(void)
         {"rewind past a child: child cancelled, parent continues and completes", test_rewind_past_child},
         {"rewind a lifecycle after its final state", test_rewind_lifecycle},
         {"rewind a process", test_rewind_process},
+        {"rewind a failed instance", test_rewind_failed},
+        {"a definition version resumed while the executor is down", test_definition_resume_executor_down},
+        {"the executor re-checks expected_version", test_executor_rechecks},
         {"a pause racing a wake-up: one applies, nothing twice", test_pause_races_wakeup},
         {"pause and resume over Kafka ingress", test_ingress},
         {"409 on a stale version, 400 on bad input: nothing changes", test_bad_input_changes_nothing},
