@@ -384,6 +384,14 @@ static void test_cancel_while_paused(void)
     json_decref(p);
     CU_ASSERT_EQUAL(audit_count(id, "resume", "requested"), 0);
     free(id);
+    /* terminate too */
+    id = it_start_instance(T_ADMIN, hold, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
+    pause_now(id);
+    CU_ASSERT_EQUAL(verb(T_ADMIN, id, "terminate", "{}", NULL), 202);
+    CU_ASSERT_TRUE(wait_status(id, "terminated", 30));
+    free(id);
 }
 
 /* A definition version paused: every instance's wake-ups are kept (an instance started
@@ -943,7 +951,7 @@ int main(void)
         {"setup", test_setup},
         {"pause through a timer: kept while paused, applied on resume", test_pause_through_timer},
         {"several signals while paused applied in arrival order", test_signals_in_order},
-        {"cancel applies to a paused instance", test_cancel_while_paused},
+        {"cancel and terminate apply to a paused instance", test_cancel_while_paused},
         {"a definition version paused and resumed with several instances", test_definition_version_pause},
         {"rewind past a child: child cancelled, parent continues and completes", test_rewind_past_child},
         {"rewind a lifecycle after its final state", test_rewind_lifecycle},
