@@ -136,6 +136,16 @@ void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,
                 const json_t *args, st_answer_t *out);
 
+/* ---- pause ---- pause, resume and rewind of an instance; pause/resume of a definition
+ * version (pause.c). {expected_version, reason?, to_version (rewind)} */
+void st_cmd_pause(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                  st_answer_t *out);
+void st_cmd_resume(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_cmd_rewind(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
+                   st_answer_t *out);
+void st_api_pause_register(st_api_t *api);
+
 /* ---- instances.c, for the long polls of wait_loop.c ------------------------------ */
 
 /* Loads the instance's current view into `out` (200, or the error problem; the

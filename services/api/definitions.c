@@ -14,6 +14,7 @@
 #include "permissions.h"
 #include "strand/result_schema.h"
 #include "strand/engine.h"
+#include "strand/definition_pause.h"
 #include "strand/pg.h"
 #include "strand/util.h"
 
@@ -295,14 +296,25 @@ static void handle_get(st_http_req_t *req, void *ctx)
         return;
     }
     json_error_t jerr;
-    st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "name",
-                                           PQgetvalue(res, 0, 0), "version",
-                                           atoi(PQgetvalue(res, 0, 1)), "kind",
-                                           PQgetvalue(res, 0, 2), "source",
-                                           json_loads(PQgetvalue(res, 0, 3), 0, &jerr),
-                                           "canonical",
-                                           json_loads(PQgetvalue(res, 0, 4), 0, &jerr),
-                                           "created_at", st_api_time_json(res, 0, 5)));
+    json_t *body = json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "name",
+                             PQgetvalue(res, 0, 0), "version",
+                             atoi(PQgetvalue(res, 0, 1)), "kind",
+                             PQgetvalue(res, 0, 2), "source",
+                             json_loads(PQgetvalue(res, 0, 3), 0, &jerr),
+                             "canonical",
+                             json_loads(PQgetvalue(res, 0, 4), 0, &jerr),
+                             "created_at", st_api_time_json(res, 0, 5));
+    /* ---- pause ---- whether this version is paused (strand/definition_pause.h) */
+    int paused = 0;
+    err = st_definition_pause_get(conn, PQgetvalue(res, 0, 0), atoi(PQgetvalue(res, 0, 1)), &paused, &eb);
+    if (err != ST_OK) {
+        PQclear(res);
+        json_decref(body);
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    json_object_set_new(body, "paused", json_boolean(paused));
+    st_http_reply_json(req, 200, body);
     PQclear(res);
 }
 

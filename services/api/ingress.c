@@ -47,6 +47,10 @@ static st_cmd_fn command_for(Strand__V1__CommandType type)
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PATCH_VARIABLES: return st_cmd_patch_variables;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FIRE_TIMER: return st_cmd_fire_timer;
     case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SKIP_WAIT: return st_cmd_skip_wait;
+    /* ---- pause ---- */
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PAUSE: return st_cmd_pause;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RESUME: return st_cmd_resume;
+    case STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_REWIND: return st_cmd_rewind;
     default: return NULL;
     }
 }

@@ -66,6 +66,12 @@ static const st_perm_rule_t route_rules[] = {
     RULE("POST", "/v1/instances/{id}/fire-timer", INSTANCES_OPERATE, INSTANCE),
     RULE("POST", "/v1/instances/{id}/skip-wait", INSTANCES_OPERATE, INSTANCE),
     RULE("PUT", "/v1/dead-letters/{id}/payload", DEAD_LETTERS_OPERATE, NONE),
+    /* ---- pause ---- */
+    RULE("POST", "/v1/instances/{id}/pause", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/resume", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/instances/{id}/rewind", INSTANCES_OPERATE, INSTANCE),
+    RULE("POST", "/v1/definitions/{name}/{version}/pause", INSTANCES_OPERATE, PATH_NAME),
+    RULE("POST", "/v1/definitions/{name}/{version}/resume", INSTANCES_OPERATE, PATH_NAME),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the
@@ -94,6 +100,10 @@ static const struct {
      RULE(NULL, "PATCH_VARIABLES", INSTANCES_OPERATE, INSTANCE)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_FIRE_TIMER, RULE(NULL, "FIRE_TIMER", INSTANCES_OPERATE, INSTANCE)},
     {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SKIP_WAIT, RULE(NULL, "SKIP_WAIT", INSTANCES_OPERATE, INSTANCE)},
+    /* ---- pause ---- */
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_PAUSE, RULE(NULL, "PAUSE", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_RESUME, RULE(NULL, "RESUME", INSTANCES_OPERATE, INSTANCE)},
+    {STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_REWIND, RULE(NULL, "REWIND", INSTANCES_OPERATE, INSTANCE)},
 };
 
 static const char *const sql_instance_definition =

@@ -2,6 +2,7 @@
 #include "wakeup.h"
 
 #include "effects.h"
+#include "pause.h"
 #include "verify.h"
 
 #include <jansson.h>
@@ -11,6 +12,7 @@
 
 #include "strand/audit.h"
 #include "strand/dedup.h"
+#include "strand/definition_pause.h"
 #include "strand/engine.h"
 #include "strand/globals.h"
 #include "strand/history.h"
@@ -20,6 +22,7 @@
 #include "strand/notice.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/snapshot_log.h"
 #include "strand/tree.h"
 #include "strand/util.h"
 
@@ -112,6 +115,12 @@ static st_err_t defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *
     return ST_OK;
 }
 
+st_err_t st_defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *name, int version,
+                            const st_defn_t **out, st_errbuf_t *eb)
+{
+    return defcache_get_tx(cache, conn, name, version, out, eb);
+}
+
 /* ---- the wake-up transaction --------------------------------------------------- */
 
 const char *st_wake_outcome_name(st_wake_outcome_t outcome)
@@ -128,13 +137,15 @@ const char *st_wake_outcome_name(st_wake_outcome_t outcome)
 
 /* Dedup and state load in one round trip: records the signal id (a duplicate inserts
  * nothing) and locks and reads the instance's runtime state; column 7 is 1 for a
- * signal seen for the first time, 8 and 9 the parent (a child's). No row: the instance
- * does not exist. */
+ * signal seen for the first time, 8 and 9 the parent (a child's), 10 whether its
+ * definition version is paused (pause.h). No row: the instance does not exist. */
 static const char *const sql_dedup_and_lock =
     "WITH p AS (" ST_DEDUP_RECORD_SQL("$1", "$2::uuid") ")"
     " SELECT rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version,"
     " i.input::text, i.status, coalesce(i.business_ref, i.id::text), (SELECT count(*) FROM p),"
-    " i.parent_instance_id, i.parent_waiting_token"
+    " i.parent_instance_id, i.parent_waiting_token,"
+    " EXISTS (SELECT 1 FROM strand.definition_pauses dp WHERE dp.definition_name = i.definition_name"
+    "   AND dp.definition_version = i.definition_version)"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $2::uuid FOR UPDATE OF rs";
 /* The run's result in one statement: runtime state (under the version check; an
@@ -236,9 +247,10 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     json_t *effect;
     json_array_foreach(run->effects, i, effect)
         json_array_append(effect_types, json_object_get(effect, "type"));
-    json_t *detail = json_pack("{s:s, s:s, s:s, s:o}", "signal_id", sig->signal_id, "signal_type",
+    json_t *detail = json_pack("{s:s, s:s, s:s, s:o, s:I}", "signal_id", sig->signal_id, "signal_type",
                                st_signal_type_name(sig->type), "status", status_name(run->status),
-                               "effects", effect_types);
+                               "effects", effect_types, "state_version",
+                               (json_int_t)(atoll(old_version) + 1));
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
     const char *params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
@@ -247,6 +259,10 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     st_err_t err = detail_text == NULL
                        ? st_err_set(eb, ST_ERR_NOMEM, "could not encode history")
                        : st_pg_queue_bin(conn, sql_run_persist, 12, params, NULL, NULL, eb);
+    /* ---- pause ---- the snapshot is kept by the version it produced, for a rewind (an
+     * ended one never is: nothing can continue from it) */
+    if (err == ST_OK && run->status == ST_RUN_WAITING)
+        err = st_snapshot_log_keep_tx(conn, sig->instance_id, atoll(old_version) + 1, snapshot, eb);
     free(snapshot);
     free(output_text);
     free(error_text);
@@ -309,7 +325,7 @@ static const char *const sql_buffer_insert =
 /* $2 = a JSON array of the signal names the instance waits for; "*" takes any name. */
 static const char *const sql_buffer_take =
     "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
-    " WHERE instance_id = $1::uuid AND ($2::jsonb ? '*' OR name IN"
+    " WHERE instance_id = $1::uuid AND envelope IS NULL AND ($2::jsonb ? '*' OR name IN"
     " (SELECT jsonb_array_elements_text($2::jsonb))) ORDER BY id LIMIT 1 FOR UPDATE)"
     " RETURNING signal_id, payload::text, name";
 
@@ -671,6 +687,16 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     const char *version = PQgetvalue(state, 0, 0);
     const char *status = PQgetvalue(state, 0, 5);
     long long current = atoll(version);
+    /* ---- pause ---- PAUSE, RESUME and REWIND check and apply themselves (pause.h) */
+    if (st_pause_signal(sig->type)) {
+        st_pause_instance_t inst = {current, status, PQgetvalue(state, 0, 2),
+                                    atoi(PQgetvalue(state, 0, 3)),
+                                    PQgetisnull(state, 0, 1) ? NULL : PQgetvalue(state, 0, 1),
+                                    PQgetisnull(state, 0, 8) ? NULL : PQgetvalue(state, 0, 8),
+                                    PQgetisnull(state, 0, 8) ? NULL : PQgetvalue(state, 0, 9)};
+        err = st_pause_apply_tx(conn, cache, node_id, sig, &inst, outcome, eb);
+        goto finish;
+    }
     if (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
         strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0) {
         *outcome = ST_WAKE_STALE;
@@ -686,6 +712,19 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     /* What only the API checked: a forged message is refused here (verify.h). */
     if ((err = st_verify_signal_tx(conn, sig, eb)) != ST_OK)
         goto fail;
+    /* ---- pause ---- a paused instance or definition version keeps all but the end */
+    if (sig->type != ST_SIGNAL_CANCEL && sig->type != ST_SIGNAL_TERMINATE) {
+        int paused = strcmp(status, "paused") == 0;
+        if (!paused && strcmp(PQgetvalue(state, 0, 10), "t") == 0 &&
+            (err = st_definition_pause_lock_tx(conn, PQgetvalue(state, 0, 2),
+                                               atoi(PQgetvalue(state, 0, 3)), &paused, eb)) != ST_OK)
+            goto fail;
+        if (paused) {
+            *outcome = ST_WAKE_BUFFERED;
+            err = st_wakeup_hold_tx(conn, sig, eb);
+            goto finish;
+        }
+    }
 
     st_parent_t parent = {0};
     if (!PQgetisnull(state, 0, 8)) {
@@ -780,6 +819,63 @@ fail:
     json_decref(event);
     json_decref(globals);
     st_run_result_close(&run);
+    return err;
+}
+
+/* ---- pause: wake-ups kept while paused (strand.signal_buffer, envelope set) ---------- */
+
+static const char *const sql_hold_insert =
+    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload, envelope)"
+    " VALUES ($1::uuid, $2, $3, '{}', $4::bytea)";
+static const char *const sql_held_take =
+    "WITH d AS (DELETE FROM strand.signal_buffer WHERE instance_id = $1::uuid"
+    "   AND envelope IS NOT NULL RETURNING id, envelope)"
+    " SELECT envelope FROM d ORDER BY id";
+st_err_t st_wakeup_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    st_err_t err = st_signal_encode(sig, &buf, &len, eb);
+    if (err != ST_OK)
+        return err;
+    const char *params[] = {sig->instance_id, sig->name[0] ? sig->name : st_signal_type_name(sig->type),
+                            sig->signal_id, (const char *)buf};
+    const int lengths[] = {0, 0, 0, (int)len};
+    const int formats[] = {0, 0, 0, 1};
+    err = st_pg_exec_bin(conn, sql_hold_insert, 4, params, lengths, formats, NULL, eb);
+    free(buf);
+    if (err == ST_OK)
+        err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
+    if (err == ST_OK)
+        err = history_add_tx(conn, sig->instance_id, "signal_held",
+                             json_pack("{s:s, s:s, s:s}", "signal_id", sig->signal_id, "signal_type",
+                                       st_signal_type_name(sig->type), "name", sig->name),
+                             eb);
+    return err;
+}
+
+st_err_t st_wakeup_release_held_tx(PGconn *conn, const char *instance_id, int *released,
+                                   st_errbuf_t *eb)
+{
+    const char *params[] = {instance_id};
+    PGresult *res = NULL;
+    *released = 0;
+    st_err_t err = st_pg_exec_format(conn, sql_held_take, 1, params, NULL, NULL, 1, &res, eb);
+    for (int i = 0; err == ST_OK && i < PQntuples(res); i++) {
+        st_signal_t sig;
+        if (st_signal_decode(PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0), &sig, eb) != ST_OK) {
+            /* cannot happen (Strand encoded it); kept out of the way with a log line */
+            st_log_warn("a held signal could not be decoded; dropped", "instance=%s: %s", instance_id,
+                        eb->msg);
+            continue;
+        }
+        st_uuid_new(sig.signal_id);   /* a new delivery: the first id is recorded as buffered */
+        err = st_signal_enqueue_tx(conn, &sig, eb);
+        st_signal_close(&sig);
+        if (err == ST_OK)
+            (*released)++;
+    }
+    PQclear(res);
     return err;
 }
 

@@ -198,6 +198,8 @@ static void usage(void)
           "  definitions get NAME [VERSION]\n"
           "  definitions diagram NAME VERSION [--instance ID]   SVG on stdout\n"
           "  definitions schema              the JSON Schema of definition documents\n"
+          "  definitions pause NAME VERSION [--reason TEXT]   keep every wake-up of its instances\n"
+          "  definitions resume NAME VERSION                  apply what they kept, in order\n"
           "  instances start DEFINITION [--version N] [--input JSON] [--business-ref R]\n"
           "                  [--request-id ID]\n"
           "  instances get ID\n"
@@ -216,6 +218,10 @@ static void usage(void)
           "  instances fire-timer ID --expected-version N [--reason TEXT]\n"
           "  instances skip-wait ID --expected-version N [--payload JSON] [--reason TEXT]\n"
           "                                  repair verbs: N is state_version from 'instances get'\n"
+          "  instances pause ID --expected-version N [--reason TEXT]\n"
+          "  instances resume ID --expected-version N [--reason TEXT]\n"
+          "  instances rewind ID --expected-version N --to-version M [--reason TEXT]\n"
+          "                  (N: state_version in instances get; M: from instances history)\n"
           "  signals send NAME --business-ref R [--definition D] [--payload JSON]\n"
           "  tasks list [--role R] [--assignee A] [--status S] [--instance-id ID] [--limit N]\n"
           "             [--cursor C]\n"
@@ -444,6 +450,25 @@ static int cmd_instances(const ctl_t *ctl, const args_t *a)
         snprintf(path, sizeof path, "/v1/instances/%s/rpc/%s", a->pos[1], a->pos[2]);
         return post(ctl, path, body, print_object);
     }
+    /* ---- pause ---- the operator verbs (docs/api.md "Pause, resume and rewind") */
+    if ((strcmp(sub, "pause") == 0 || strcmp(sub, "resume") == 0 || strcmp(sub, "rewind") == 0) &&
+        a->npos == 2) {
+        int rewind = strcmp(sub, "rewind") == 0;
+        if (opt(a, "expected-version") == NULL || (rewind && opt(a, "to-version") == NULL)) {
+            fprintf(stderr, "strandctl: instances %s needs --expected-version N%s (the state_version "
+                    "of instances get)\n", sub, rewind ? " and --to-version M" : "");
+            return 2;
+        }
+        json_t *body = json_object();
+        if (!copy_opt(a, "expected-version", body, "expected_version", 1) ||
+            !copy_opt(a, "to-version", body, "to_version", 1)) {
+            json_decref(body);
+            return 2;
+        }
+        copy_opt(a, "reason", body, "reason", 0);
+        snprintf(path, sizeof path, "/v1/instances/%s/%s", a->pos[1], sub);
+        return post(ctl, path, body, print_object);
+    }
     if ((strcmp(sub, "cancel") == 0 || strcmp(sub, "terminate") == 0) && a->npos == 2) {
         json_t *body = json_object();
         copy_opt(a, "reason", body, "reason", 0);
@@ -635,6 +660,19 @@ static int cmd_definitions(const ctl_t *ctl, const args_t *a)
     }
     if (a->npos == 1 && strcmp(sub, "schema") == 0)
         return run(ctl, "GET", "/v1/schema/definition", NULL, print_object);
+    /* ---- pause ---- a definition version's pause and resume */
+    if (a->npos == 3 && (strcmp(sub, "pause") == 0 || strcmp(sub, "resume") == 0)) {
+        CURL *curl = curl_easy_init();
+        char *name = curl_easy_escape(curl, a->pos[1], 0);
+        char *version = curl_easy_escape(curl, a->pos[2], 0);
+        snprintf(path, sizeof path, "/v1/definitions/%s/%s/%s", name, version, sub);
+        curl_free(name);
+        curl_free(version);
+        curl_easy_cleanup(curl);
+        json_t *body = json_object();
+        copy_opt(a, "reason", body, "reason", 0);
+        return post(ctl, path, body, print_object);
+    }
     if (a->npos == 3 && strcmp(sub, "diagram") == 0) {
         CURL *curl = curl_easy_init();
         char *name = curl_easy_escape(curl, a->pos[1], 0);

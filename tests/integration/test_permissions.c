@@ -99,6 +99,17 @@ static const struct {
      "{\"expected_version\":0}"},
     {"PUT", "/v1/dead-letters/{id}/payload", "dead-letters:operate", "/v1/dead-letters/999999999/payload",
      "{\"payload\":{}}"},
+    /* ---- pause ---- */
+    {"POST", "/v1/instances/{id}/pause", "instances:operate", "/v1/instances/" ZERO_ID "/pause",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/resume", "instances:operate", "/v1/instances/" ZERO_ID "/resume",
+     "{\"expected_version\":0}"},
+    {"POST", "/v1/instances/{id}/rewind", "instances:operate", "/v1/instances/" ZERO_ID "/rewind",
+     "{\"expected_version\":2,\"to_version\":1}"},
+    {"POST", "/v1/definitions/{name}/{version}/pause", "instances:operate",
+     "/v1/definitions/no_such_def_perm/1/pause", "{}"},
+    {"POST", "/v1/definitions/{name}/{version}/resume", "instances:operate",
+     "/v1/definitions/no_such_def_perm/1/resume", "{}"},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 

@@ -1,6 +1,7 @@
 /* test_interp.c - the run-to-wait interpreter: every construct, waiting tokens, stale
  * and out-of-order events, snapshot round trips, and a property test over random
  * event sequences. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -376,10 +377,75 @@ static void test_kafka_call_timeout_is_a_timer(void)
     st_defn_free(d);
 }
 
+/* Rewind (st_interp_rewind): the restored waits are entered afresh with tokens above
+ * the floor (a new task, a timer from its full duration), a parallel's branches each;
+ * the tokens of the undone part answer nothing; an ended snapshot is refused. */
+static void test_rewind_reenters_waits(void)
+{
+    st_defn_t *d = st_et_compile_steps("["
+        "{\"id\":\"t\",\"type\":\"task\",\"name\":\"T\"},"
+        "{\"id\":\"p\",\"type\":\"parallel\",\"branches\":["
+        "  [{\"id\":\"w\",\"type\":\"timer\",\"delay\":1000}],"
+        "  [{\"id\":\"s\",\"type\":\"wait_signal\",\"name\":\"go\"}]]},"
+        "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]");
+    json_t *snap = NULL, *effects = NULL;
+    CU_ASSERT_EQUAL(step(d, &snap, "{\"type\":\"START\"}", NULL), ST_RUN_WAITING);
+    json_t *at_task = json_deep_copy(snap);
+    char ev[300];
+    snprintf(ev, sizeof ev, "{\"type\":\"TASK_COMPLETED\",\"token\":\"%s\",\"payload\":{\"result\":{}}}",
+             wait_token(snap));
+    CU_ASSERT_EQUAL(step(d, &snap, ev, NULL), ST_RUN_WAITING);
+    long long floor = st_snapshot_seq(snap);
+    json_t *in_parallel = json_deep_copy(snap);
+    /* back to the task: a new task with a token above the floor */
+    st_run_result_t run = {0};
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL(st_interp_rewind(d, at_task, floor, ID, NOW, &run, &eb), ST_OK);
+    CU_ASSERT_EQUAL(run.status, ST_RUN_WAITING);
+    CU_ASSERT_EQUAL(json_array_size(run.effects), 1);
+    json_t *e = json_array_get(run.effects, 0);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(e, "type")), "open_task");
+    char want[80];
+    snprintf(want, sizeof want, "%s/%lld", ID, floor + 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(e, "token")), want);
+    CU_ASSERT_STRING_EQUAL(wait_token(run.snapshot), want);
+    /* the old task's token answers nothing now */
+    json_t *rewound = json_incref(run.snapshot);
+    st_run_result_close(&run);
+    snprintf(ev, sizeof ev, "{\"type\":\"TASK_COMPLETED\",\"token\":\"%s/1\",\"payload\":{\"result\":{}}}", ID);
+    CU_ASSERT_EQUAL(step(d, &rewound, ev, NULL), -ST_ERR_STALE);
+    json_decref(rewound);
+    /* back into the parallel: the timer branch sets a new timer, the signal branch waits again */
+    CU_ASSERT_EQUAL(st_interp_rewind(d, in_parallel, floor + 5, ID, NOW + 500, &run, &eb), ST_OK);
+    int timers = 0;
+    size_t i;
+    json_array_foreach(run.effects, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "type")), "set_timer") == 0) {
+            timers++;
+            CU_ASSERT_EQUAL(json_integer_value(json_object_get(e, "due_ms")), NOW + 500 + 1000);
+        }
+    }
+    CU_ASSERT_EQUAL(timers, 1);
+    CU_ASSERT_TRUE(st_snapshot_seq(run.snapshot) > floor + 5);
+    json_t *names = st_snapshot_waiting_signals(run.snapshot);
+    CU_ASSERT_EQUAL(json_array_size(names), 1);
+    json_decref(names);
+    st_run_result_close(&run);
+    /* an ended snapshot cannot be rewound to */
+    json_t *ended = json_pack("{s:s}", "status", "completed");
+    CU_ASSERT_EQUAL(st_interp_rewind(d, ended, floor, ID, NOW, &run, &eb), ST_ERR_STALE);
+    json_decref(ended);
+    json_decref(at_task);
+    json_decref(in_parallel);
+    json_decref(snap);
+    json_decref(effects);
+    st_defn_free(d);
+}
+
 ST_TEST_MAIN("interp", ST_TEST(test_set_if_switch_loops_complete),
              ST_TEST(test_loop_bound_and_expression_failure), ST_TEST(test_task_and_stale_tokens),
              ST_TEST(test_signal_timeout_and_conflict), ST_TEST(test_timer_call_retry_and_child),
              ST_TEST(test_parallel_join_all_and_any),
              ST_TEST(test_abandoned_branches_and_ended_children), ST_TEST(test_random_events_never_corrupt),
              ST_TEST(test_call_in_loop_gets_a_key_per_visit),
-             ST_TEST(test_kafka_call_timeout_is_a_timer))
+             ST_TEST(test_kafka_call_timeout_is_a_timer), ST_TEST(test_rewind_reenters_waits))

@@ -23,6 +23,9 @@ static const char *const type_names[] = {
     [ST_SIGNAL_TERMINATE] = "TERMINATE",
     [ST_SIGNAL_CONTINUE] = "CONTINUE",
     [ST_SIGNAL_REPAIR] = "REPAIR",
+    [ST_SIGNAL_PAUSE] = "PAUSE",
+    [ST_SIGNAL_RESUME] = "RESUME",
+    [ST_SIGNAL_REWIND] = "REWIND",
 };
 
 void st_signal_init(st_signal_t *sig, st_signal_type_t type, const char *instance_id,
@@ -44,7 +47,7 @@ void st_signal_close(st_signal_t *sig)
 
 const char *st_signal_type_name(st_signal_type_t type)
 {
-    if (type < ST_SIGNAL_START || type > ST_SIGNAL_REPAIR)
+    if (type < ST_SIGNAL_START || type > ST_SIGNAL_REWIND || type_names[type] == NULL)
         return "UNKNOWN";
     return type_names[type];
 }
@@ -93,7 +96,8 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
         err = st_err_set(eb, ST_ERR_INVALID, "the signal has no valid signal_id");
     else if (!st_uuid_valid(msg->instance_id))
         err = st_err_set(eb, ST_ERR_INVALID, "the signal's instance_id is not a UUID");
-    else if ((int)msg->type < 1 || (int)msg->type > (int)ST_SIGNAL_REPAIR)
+    else if ((int)msg->type < 1 || (int)msg->type > (int)ST_SIGNAL_REWIND ||
+             strcmp(st_signal_type_name((st_signal_type_t)msg->type), "UNKNOWN") == 0)
         err = st_err_set(eb, ST_ERR_INVALID, "unknown signal type %d", (int)msg->type);
     else if (strlen(msg->waiting_token) >= sizeof out->waiting_token ||
              strlen(msg->name) >= sizeof out->name)
@@ -136,7 +140,8 @@ static const char *const sql_control_take =
 
 int st_signal_needs_record(st_signal_type_t type)
 {
-    return type == ST_SIGNAL_CANCEL || type == ST_SIGNAL_TERMINATE || type == ST_SIGNAL_REPAIR;
+    return type == ST_SIGNAL_CANCEL || type == ST_SIGNAL_TERMINATE || type == ST_SIGNAL_REPAIR ||
+           type == ST_SIGNAL_PAUSE || type == ST_SIGNAL_RESUME || type == ST_SIGNAL_REWIND;
 }
 
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)

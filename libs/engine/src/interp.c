@@ -1139,6 +1139,90 @@ st_err_t st_interp_continue(const st_defn_t *defn, json_t *snap, json_t *effects
     return ST_OK;
 }
 
+/* ---- rewind -------------------------------------------------------------------------- */
+
+long long st_snapshot_seq(const json_t *snapshot)
+{
+    return snapshot ? (long long)json_integer_value(json_object_get(snapshot, "seq")) : 0;
+}
+
+/* Enters every open wait again: a thread waiting on a task, timer, signal, child, call
+ * or retry goes back one step in its frame (the waiting step, which the frame had moved
+ * past) and loses its wait, so run_all() runs the step again. A join's wait stays: its
+ * branches are threads of their own. */
+static void reenter_waits(run_t *r)
+{
+    static const char *const kinds[] = {"task", "timer", "signal", "child", "call", "retry", NULL};
+    size_t i;
+    json_t *t;
+    json_array_foreach(threads(r), i, t) {
+        json_t *w = json_object_get(t, "wait");
+        if (json_is_true(json_object_get(t, "done")) || !json_is_object(w) || str(w, "token") == NULL)
+            continue;
+        int known = 0;
+        for (int k = 0; kinds[k] != NULL; k++)
+            known |= strcmp(str0(w, "kind"), kinds[k]) == 0;
+        json_t *stack = json_object_get(t, "stack");
+        size_t depth = json_array_size(stack);
+        if (!known || depth == 0)
+            continue;
+        json_t *frame = json_array_get(stack, depth - 1);
+        json_int_t index = json_integer_value(json_object_get(frame, "index"));
+        char expected[600];
+        snprintf(expected, sizeof expected, "%s/%lld", str0(frame, "path"), (long long)(index - 1));
+        if (index < 1 || strcmp(expected, str0(w, "step")) != 0)
+            continue;
+        json_object_set_new(frame, "index", json_integer(index - 1));
+        json_object_set_new(t, "wait", json_null());
+    }
+}
+
+st_err_t st_interp_rewind(const st_defn_t *defn, const json_t *old, long long seq_floor,
+                          const char *instance_id, long long now_ms, st_run_result_t *result,
+                          st_errbuf_t *eb)
+{
+    st_errbuf_t local;
+    st_run_budget_t budget;
+    st_run_budget_init(&budget);
+    memset(result, 0, sizeof *result);
+    if (eb == NULL)
+        eb = &local;
+    if (old == NULL)
+        return st_err_set(eb, ST_ERR_STALE, "there is no snapshot to rewind to");
+    const char *status = str(old, "status");
+    if (status == NULL || strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0)
+        return st_err_set(eb, ST_ERR_STALE, "the snapshot to rewind to is an ended instance");
+    json_t *event = json_pack("{s:s, s:I}", "type", "REWIND", "seq_floor", (json_int_t)seq_floor);
+    st_err_t err;
+    if (strcmp(st_defn_kind(defn), "lifecycle") == 0) {
+        err = st_lifecycle_run(st_defn_canonical(defn), old, event, instance_id, now_ms, result, eb);
+        json_decref(event);
+        return err;
+    }
+    err = st_snapshot_check(defn, old, eb);
+    if (err != ST_OK) {
+        json_decref(event);
+        return err;
+    }
+    run_t r = {.defn = defn, .event = event, .instance_id = instance_id, .now_ms = now_ms,
+               .eb = eb, .effects = json_array(), .budget = &budget};
+    r.snap = json_deep_copy(old);
+    if (st_snapshot_seq(old) < seq_floor)
+        json_object_set_new(r.snap, "seq", json_integer(seq_floor));
+    reenter_waits(&r);
+    run_all(&r);
+    check_snapshot_size(&r);
+    finish_snapshot(&r);
+    json_decref(event);
+    const char *now = str(r.snap, "status");
+    result->status = strcmp(now, "completed") == 0 ? ST_RUN_COMPLETED
+                     : strcmp(now, "failed") == 0  ? ST_RUN_FAILED
+                                                   : ST_RUN_WAITING;
+    result->snapshot = r.snap;
+    result->effects = r.effects;
+    return ST_OK;
+}
+
 void st_run_result_close(st_run_result_t *result)
 {
     json_decref(result->snapshot);

@@ -428,7 +428,14 @@ st_err_t st_lifecycle_run(const json_t *doc, const json_t *snapshot, const json_
         r.effects = json_array();
         const json_t *waiting = json_object_get(r.snap, "waiting");
         const char *token = json_string_value(json_object_get(event, "token"));
-        if (strcmp(type, "SIGNAL") == 0 && token == NULL) {
+        if (strcmp(type, "REWIND") == 0) {
+            /* st_interp_rewind(): tokens above the floor; the state's timeout armed again. */
+            json_int_t floor = json_integer_value(json_object_get(event, "seq_floor"));
+            if (json_integer_value(json_object_get(r.snap, "seq")) < floor)
+                json_object_set_new(r.snap, "seq", json_integer(floor));
+            if (json_string_value(json_object_get(waiting, "token")) != NULL)
+                arm_timeout(&r, (int)json_integer_value(json_object_get(waiting, "repeats")));
+        } else if (strcmp(type, "SIGNAL") == 0 && token == NULL) {
             const char *name = json_string_value(json_object_get(event, "name"));
             trigger(&r, name ? name : "", json_object_get(event, "payload"), 0);
         } else if (strcmp(type, "TIMER_DUE") == 0 && token &&

@@ -26,12 +26,14 @@ typedef enum {
     ST_SIGNAL_CANCEL = 8,
     ST_SIGNAL_TERMINATE = 9,
     ST_SIGNAL_CONTINUE = 10,
-    /* Operator control signals (issue 18; applied by the executor's repair and pause
-     * work): payload {"verb", "actor", ...}, expected_version = the version the
-     * operator (or a batch job, under the row lock) saw. */
+    /* Operator control signals (issue 18): payload {"verb" (REPAIR), "actor", ...},
+     * expected_version = the version the operator (or a batch job, under the row lock)
+     * saw. REPAIR: services/executor/wakeup.c repair_tx(); PAUSE, RESUME, REWIND:
+     * services/executor/pause.c. */
     ST_SIGNAL_REPAIR = 11,
     ST_SIGNAL_PAUSE = 12,
     ST_SIGNAL_RESUME = 13,
+    ST_SIGNAL_REWIND = 14,
 } st_signal_type_t;
 
 typedef struct {
@@ -73,8 +75,9 @@ st_err_t st_signal_decode(const void *buf, size_t len, st_signal_t *out, st_errb
 st_err_t st_signal_enqueue_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
 
 /* 1 for the signal types the executor applies only with Strand's record of them
- * (CANCEL, TERMINATE, REPAIR): nothing but Strand's own services may end or repair an
- * instance, so a message produced straight onto the signals topic cannot. */
+ * (CANCEL, TERMINATE, and the operator verbs REPAIR, PAUSE, RESUME, REWIND): nothing
+ * but Strand's own services may end, repair or pause an instance, so a message produced
+ * straight onto the signals topic cannot. */
 int st_signal_needs_record(st_signal_type_t type);
 
 /* Takes (deletes) the record st_signal_enqueue_tx() wrote for `sig`: *found is 1 if it

@@ -91,6 +91,20 @@ st_err_t st_interp_run_budget(const st_defn_t *defn, const json_t *snapshot, con
 /* Releases the result's JSON values and zeroes it. */
 void st_run_result_close(st_run_result_t *result);
 
+/* Rewind (an operator's POST /v1/instances/{id}/rewind): the instance continues from
+ * `old`, a snapshot it had earlier (borrowed). Every open wait of `old` is entered
+ * afresh: its step runs again (a new task, timer, call or child, a lifecycle's state
+ * timeout armed again) with a token drawn above `seq_floor`, the highest token number
+ * the instance drew so far (its current snapshot's "seq"), so that nothing started by
+ * the undone part can answer a restored wait. Returns as st_interp_run(); ST_ERR_STALE
+ * when `old` is an ended instance. */
+st_err_t st_interp_rewind(const st_defn_t *defn, const json_t *old, long long seq_floor,
+                          const char *instance_id, long long now_ms, st_run_result_t *result,
+                          st_errbuf_t *eb);
+
+/* The highest token number `snapshot` drew ("seq"); 0 for NULL. */
+long long st_snapshot_seq(const json_t *snapshot);
+
 /* Checks that a stored snapshot fits `defn` (schema version, status, threads, frames
  * and waits pointing at real steps of the definition). st_interp_run() calls it on
  * every snapshot it is given; ST_ERR_INVALID names the bad place in `eb`. */
