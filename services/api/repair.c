@@ -195,6 +195,12 @@ static void repair_verb(PGconn *conn, const st_principal_t *who, const char *id,
         char msg[160];
         snprintf(msg, sizeof msg, "%s does not apply to a %s instance", st_repair_verb_name(verb), status);
         st_answer_problem(out, 409, "not_applicable", msg, NULL, json_pack("{s:s}", "status", status));
+    } else if (strcmp(status, "paused") == 0 && verb != ST_REPAIR_PATCH_VARIABLES && verb != ST_REPAIR_FAIL) {
+        /* it would run steps while paused (and leave it running): the executor agrees */
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s does not apply to a paused instance: resume it first",
+                 st_repair_verb_name(verb));
+        st_answer_problem(out, 409, "not_applicable", msg, NULL, json_pack("{s:s}", "status", status));
     } else if (verb == ST_REPAIR_RETRY && strcmp(status, "failed") != 0) {
         /* A live instance: retry delivers its dead-lettered wake-up again. */
         if (PQgetisnull(res, 0, 5))

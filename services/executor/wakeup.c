@@ -16,6 +16,7 @@
 #include "strand/engine.h"
 #include "strand/globals.h"
 #include "strand/history.h"
+#include "strand/instance_store.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/kafka.h"
@@ -530,6 +531,9 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
     int failed = strcmp(status, "failed") == 0;
     int ended = failed || strcmp(status, "completed") == 0 || strcmp(status, "cancelled") == 0 ||
                 strcmp(status, "terminated") == 0;
+    /* A paused instance takes the verbs that run no step (patch_variables: it stays
+     * paused; fail: it ends, as with cancel); the others would run it while paused. */
+    int paused = strcmp(status, "paused") == 0;
     /* What only the API checked: a forged message is refused here (verify.h). */
     st_err_t err = st_verify_signal_tx(conn, sig, eb);
     if (err != ST_OK)
@@ -546,6 +550,8 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
         why = "the signal expected another state version";
     else if (ended && !(failed && (verb == ST_REPAIR_RETRY || verb == ST_REPAIR_PATCH_VARIABLES)))
         why = "the instance has already ended";
+    else if (paused && verb != ST_REPAIR_PATCH_VARIABLES && verb != ST_REPAIR_FAIL)
+        why = "the instance is paused: resume it first";
     if (why == NULL && verb == ST_REPAIR_RETRY && !failed) {
         err = redeliver_tx(conn, sig, after, &why, eb);
         if (err == ST_OK && why == NULL) {
@@ -611,6 +617,9 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
                                       json_object_get(run.snapshot, "state"), eb);
         if (err == ST_OK)
             err = persist_tx(conn, sig, node_id, version, parent.instance_id[0] ? &parent : NULL, &run, eb);
+        int still_paused = 0;
+        if (err == ST_OK && paused && verb == ST_REPAIR_PATCH_VARIABLES)
+            err = st_instance_store_pause_tx(conn, sig->instance_id, &still_paused, eb);
         if (err == ST_OK)
             err = history_add_tx(conn, sig->instance_id, "repair",
                                  json_pack("{s:s, s:s, s:O, s:O}", "signal_id", sig->signal_id, "verb",
@@ -620,7 +629,7 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
                                  eb);
         if (err == ST_OK) {
             json_object_set_new(after, "state_version", json_integer(current + 1));
-            json_object_set_new(after, "status", json_string(status_name(run.status)));
+            json_object_set_new(after, "status", json_string(still_paused ? "paused" : status_name(run.status)));
             if (verb == ST_REPAIR_PATCH_VARIABLES) {
                 json_object_set(before, "variables", json_object_get(snapshot, "state"));
                 json_object_set(after, "variables", json_object_get(run.snapshot, "state"));

@@ -706,6 +706,52 @@ static void test_executor_rechecks(void)
     free(id);
 }
 
+/* Repair verbs on a paused instance (a seam of the repair and pause work): the verbs
+ * that would run steps (skip-wait, fire-timer, retry) are refused, at the API (409
+ * not_applicable) and by the executor (audit "rejected"), so they cannot leave it
+ * running with its kept wake-ups never applied; patch_variables applies and the
+ * instance stays paused. */
+static void test_repair_while_paused(void)
+{
+    char *id = it_start_instance(T_ADMIN, hold, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
+    pause_now(id);
+    long long v = version_of(id);
+    char body[160];
+    snprintf(body, sizeof body, "{\"expected_version\":%lld}", v);
+    json_t *answer = NULL;
+    CU_ASSERT_EQUAL(verb(T_OPS, id, "skip-wait", body, &answer), 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "not_applicable");
+    json_decref(answer);
+    /* the executor agrees when a REPAIR reaches it anyway (a batch, a race) */
+    PGconn *conn = it_pg_begin();
+    st_signal_t sig;
+    st_errbuf_t eb;
+    st_signal_init(&sig, ST_SIGNAL_REPAIR, id, v);
+    sig.payload = json_pack("{s:s, s:s}", "verb", "skip_wait", "actor", "olga");
+    CU_ASSERT_EQUAL(st_signal_enqueue_tx(conn, &sig, &eb), ST_OK);
+    st_signal_close(&sig);
+    it_pg_commit(conn);
+    CU_ASSERT_EQUAL(wait_audit(id, "skip_wait", "rejected", 30), 1);
+    expect_status(id, "paused");
+    CU_ASSERT_EQUAL(version_of(id), v);
+    /* patching the variables of a paused instance is what pausing is for */
+    snprintf(body, sizeof body, "{\"expected_version\":%lld,\"patch\":{\"fixed\":true}}", v);
+    CU_ASSERT_EQUAL(verb(T_OPS, id, "variables", body, NULL), 202);
+    CU_ASSERT_EQUAL(wait_audit(id, "patch_variables", "applied", 30), 1);
+    expect_status(id, "paused");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT (snapshot->'state'->>'fixed')::text FROM strand.runtime_states"
+             " WHERE instance_id = '%s'", id);
+    char *fixed = it_sql_text(sql);
+    CU_ASSERT_STRING_EQUAL(fixed ? fixed : "", "true");
+    free(fixed);
+    resume_now(id);
+    expect_status(id, "waiting");
+    free(id);
+}
+
 /* A pause racing a wake-up, several times: either the pause applies (the signal is
  * kept, then applied once on resume) or the wake-up moves the version first (the
  * pause is refused, at the API with 409 or by the executor with an audit row
@@ -959,6 +1005,7 @@ int main(void)
         {"rewind a failed instance", test_rewind_failed},
         {"a definition version resumed while the executor is down", test_definition_resume_executor_down},
         {"the executor re-checks expected_version", test_executor_rechecks},
+        {"repair verbs on a paused instance: steps refused, patch keeps it paused", test_repair_while_paused},
         {"a pause racing a wake-up: one applies, nothing twice", test_pause_races_wakeup},
         {"pause and resume over Kafka ingress", test_ingress},
         {"409 on a stale version, 400 on bad input: nothing changes", test_bad_input_changes_nothing},
