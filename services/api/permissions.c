@@ -53,6 +53,13 @@ static const st_perm_rule_t route_rules[] = {
     RULE("POST", "/v1/dead-letters/{id}/discard", DEAD_LETTERS_OPERATE, NONE),
     RULE("POST", "/v1/triggers", TRIGGERS_SEND, ARG_DEFINITION),
     RULE("POST", "/v1/retention/run", ADMIN, NONE),
+    /* ---- readable (reads.c) ---- */
+    RULE("GET", "/v1/instances/stuck", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/notices", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/instances/{id}/notices", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/tasks/{id}/events", TASKS_READ, TASK),
+    RULE("GET", "/v1/instances/{id}/task-events", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/audit", AUDIT_READ, NONE),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the

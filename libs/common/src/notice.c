@@ -1,4 +1,5 @@
-/* notice.c - notices and dead letters through the outbox (see notice.h). */
+/* notice.c - notices and dead letters through the outbox, and the owner of
+ * strand.notices and strand.dead_letters (see notice.h). */
 #include "strand/notice.h"
 
 #include <stdio.h>
@@ -11,6 +12,91 @@
 #include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
 #include "strand/util.h"
+
+#define NOTICE_MAX_TEXT 2000
+
+/* Copies at most NOTICE_MAX_TEXT bytes of `text` (NULL: "") into a new string with
+ * every byte that is not part of a well-formed UTF-8 sequence replaced by '?': the
+ * column is text, and a notice about a bad message must never fail its transaction.
+ * Caller frees. */
+static char *utf8_clean(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    size_t len = strlen((const char *)s);
+    if (len > NOTICE_MAX_TEXT)
+        len = NOTICE_MAX_TEXT;
+    char *out = malloc(len + 1);
+    if (out == NULL)
+        return NULL;
+    size_t i = 0, o = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 && c >= 0xC2 ? 2
+                                : (c & 0xF0) == 0xE0                ? 3
+                                : (c & 0xF8) == 0xF0 && c <= 0xF4   ? 4 : 0;
+        int ok = n > 0 && i + n <= len;
+        for (size_t k = 1; ok && k < n; k++)
+            ok = (s[i + k] & 0xC0) == 0x80;
+        /* overlong 3-byte forms, surrogates, and code points above U+10FFFF */
+        if (ok && n == 3)
+            ok = !(c == 0xE0 && s[i + 1] < 0xA0) && !(c == 0xED && s[i + 1] >= 0xA0);
+        if (ok && n == 4)
+            ok = !(c == 0xF0 && s[i + 1] < 0x90) && !(c == 0xF4 && s[i + 1] >= 0x90);
+        if (!ok) {
+            out[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(out + o, s + i, n);
+        o += n;
+        i += n;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* jsonb refuses the escape \u0000 that jansson writes for a NUL inside a string: it
+ * becomes \ufffd in the stored copy (the published one keeps it). In place. */
+static void json_drop_nul_escapes(char *text)
+{
+    for (char *p = text; *p; p++) {
+        if (*p != '\\')
+            continue;
+        if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0)
+            memcpy(p + 2, "fffd", 4);
+        if (p[1] != '\0')
+            p++;   /* the escaped character is never an escape itself */
+    }
+}
+
+/* Stores the notice (queued: sent with the transaction's next statement). */
+static st_err_t notice_store_tx(PGconn *conn, const char *code, const char *instance_id,
+                                const char *signal_id, const char *message,
+                                const char *detail_text, st_errbuf_t *eb)
+{
+    static const char *const sql_notice_insert =
+        "INSERT INTO strand.notices (code, instance_id, signal_id, message, detail)"
+        " VALUES ($1, $2::uuid, $3, $4, $5::jsonb)";
+    char *clean_code = utf8_clean(code), *clean_signal = utf8_clean(signal_id),
+         *clean_message = utf8_clean(message), *clean_detail = strdup(detail_text);
+    st_err_t err = ST_OK;
+    if (clean_code == NULL || clean_signal == NULL || clean_message == NULL ||
+        clean_detail == NULL) {
+        err = st_err_set(eb, ST_ERR_NOMEM, "could not store a notice");
+    } else {
+        json_drop_nul_escapes(clean_detail);
+        const char *params[] = {clean_code,
+                                instance_id && st_uuid_valid(instance_id) ? instance_id : NULL,
+                                signal_id && signal_id[0] ? clean_signal : NULL, clean_message,
+                                clean_detail};
+        err = st_pg_queue_bin(conn, sql_notice_insert, 5, params, NULL, NULL, eb);
+    }
+    free(clean_code);
+    free(clean_signal);
+    free(clean_message);
+    free(clean_detail);
+    return err;
+}
 
 st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_id,
                           const char *signal_id, const char *message, const json_t *detail,
@@ -37,6 +123,8 @@ st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_i
     strand__v1__notice__pack(&msg, buf);
     st_err_t err = st_outbox_add_tx(conn, ST_TOPIC_NOTICES, instance_id, buf, len, eb);
     free(buf);
+    if (err == ST_OK)
+        err = notice_store_tx(conn, code, instance_id, signal_id, message, detail_text, eb);
     free(detail_text);
     if (err == ST_OK) {
         char labels[96];
