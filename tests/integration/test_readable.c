@@ -15,6 +15,7 @@
 #include <string.h>
 #include <signal.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -153,6 +154,42 @@ static void terminate(const char *id)
     wait_status(id, "terminated");
 }
 
+/* Runs strandctl with `args` and `token`; returns its exit status and its stdout+stderr
+ * in *out (caller frees). */
+static int strandctl(const char *token, const char *args, char **out)
+{
+    char cmd[1024], url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
+    setenv("STRAND_API_URL", url, 1);
+    setenv("STRAND_API_TOKEN", token, 1);
+    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
+    FILE *p = popen(cmd, "r");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char chunk[4096];
+    size_t n;
+    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        fwrite(chunk, 1, n, mem);
+    if (mem != NULL)
+        fclose(mem);
+    int status = p ? pclose(p) : -1;
+    *out = text ? text : strdup("");
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Asserts strandctl `args` exits 0 and prints `want`. */
+static void expect_ctl(const char *args, const char *want)
+{
+    char *out = NULL;
+    int rc = strandctl(T_ROOT, args, &out);
+    if (rc != 0 || strstr(out, want) == NULL)
+        fprintf(stderr, "\nstrandctl %s: exit %d, want \"%s\" in:\n%s\n", args, rc, want, out);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+    free(out);
+}
+
 /* ---- the cases ---------------------------------------------------------------------- */
 
 static void test_setup(void)
@@ -190,7 +227,8 @@ static void test_setup(void)
 
 /* An ingress command refused (no name for a signal) becomes an IngressRejected notice
  * naming the instance: stored, listed per instance and globally, filtered, paged. */
-static char notice_instance[40], notice_letter[24];
+static char notice_instance[40], notice_letter[24], events_instance[40], events_task[40],
+    stale_instance[40];
 
 static void test_notices_listed(void)
 {
@@ -334,6 +372,8 @@ static void test_task_events(void)
     json_decref(get(T_VIC, "/v1/tasks/00000000-0000-4000-8000-000000000000/events", 404));
     json_decref(get(T_VIC, "/v1/instances/00000000-0000-4000-8000-000000000000/task-events", 404));
     json_decref(get(T_VIC, "/v1/tasks/nope/events", 400));
+    snprintf(events_instance, sizeof events_instance, "%s", id);
+    snprintf(events_task, sizeof events_task, "%s", task);
     free(task);
     free(id);
 }
@@ -399,6 +439,7 @@ static void test_audit_cancel_terminate(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'", c);
     CU_ASSERT_EQUAL(it_sql_number(sql), 4);   /* requested x2, applied, rejected */
     snprintf(path, sizeof path, "/v1/instances/%s/notices?code=StaleSignal", c);
+    snprintf(stale_instance, sizeof stale_instance, "%s", c);
     json_t *stale = get(T_VIC, path, 200);
     CU_ASSERT_EQUAL(items_count(stale), 1);
     json_decref(stale);
@@ -536,6 +577,21 @@ static void test_stuck(void)
     CU_ASSERT_TRUE(listed >= 1);
     CU_ASSERT_EQUAL(gauge, (double)listed);
     CU_ASSERT_TRUE(it_metric(IT_MONITOR, "strand_instances_stuck{reason=\"last_wakeup_failed\"}", -1) >= 1);
+
+    /* strandctl's read-back commands */
+    char args[300];
+    expect_ctl("instances stuck --reason last_wakeup_failed --limit 500", failed);
+    snprintf(args, sizeof args, "--json instances runtime %s", orphan);
+    expect_ctl(args, "no_pending_wakeup");
+    expect_ctl("audit list --actor ops --action cancel", "cancel");
+    snprintf(args, sizeof args, "notices list --instance-id %s", stale_instance);
+    expect_ctl(args, "StaleSignal");
+    snprintf(args, sizeof args, "instances notices %s --code StaleSignal", stale_instance);
+    expect_ctl(args, "StaleSignal");
+    snprintf(args, sizeof args, "instances task-events %s", events_instance);
+    expect_ctl(args, "completed");
+    snprintf(args, sizeof args, "tasks events %s", events_task);
+    expect_ctl(args, "assigned");
 
     /* the healthy one becomes stuck too once its task is gone; an ended one never is */
     snprintf(sql, sizeof sql, "UPDATE strand.tasks SET status = 'completed' WHERE instance_id = '%s'", healthy);
