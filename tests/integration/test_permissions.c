@@ -32,7 +32,8 @@
 static const char *const perms[] = {
     "definitions:read", "definitions:write", "instances:read", "instances:start",
     "instances:signal", "instances:operate", "instances:terminate", "tasks:read", "tasks:act",
-    "acks:send", "dead-letters:read", "dead-letters:operate", "triggers:send", "admin",
+    "acks:send", "dead-letters:read", "dead-letters:operate", "triggers:send", "audit:read",
+    "admin",
 };
 #define NPERMS (sizeof perms / sizeof perms[0])
 
@@ -82,6 +83,14 @@ static const struct {
      "{\"definition\":\"no_such_def_perm\",\"external_ref\":\"x\",\"event\":\"e\"}"},
     {"POST", "/v1/retention/run", "admin", "/v1/retention/run",
      "{\"older_than_days\":36500,\"dry_run\":true}"},
+    /* ---- readable ---- */
+    {"GET", "/v1/instances/stuck", "instances:read", "/v1/instances/stuck?limit=1", NULL},
+    {"GET", "/v1/notices", "instances:read", "/v1/notices?limit=1", NULL},
+    {"GET", "/v1/instances/{id}/notices", "instances:read", "/v1/instances/" ZERO_ID "/notices", NULL},
+    {"GET", "/v1/tasks/{id}/events", "tasks:read", "/v1/tasks/" ZERO_ID "/events", NULL},
+    {"GET", "/v1/instances/{id}/task-events", "instances:read",
+     "/v1/instances/" ZERO_ID "/task-events", NULL},
+    {"GET", "/v1/audit", "audit:read", "/v1/audit?limit=1", NULL},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 
@@ -264,6 +273,14 @@ static void test_limited_grants(void)
     snprintf(path, sizeof path, "/v1/instances?definition=%s", def_b);
     expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
     expect_answer(T_SCOPED, "GET", "/v1/instances", NULL, "instances:read");
+    /* read-back lists: an instance's own by its definition; the global ones span
+     * definitions */
+    snprintf(path, sizeof path, "/v1/instances/%s/notices", a);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
+    snprintf(path, sizeof path, "/v1/instances/%s/task-events", b);
+    expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
+    expect_answer(T_SCOPED, "GET", "/v1/notices", NULL, "instances:read");
+    expect_answer(T_SCOPED, "GET", "/v1/instances/stuck", NULL, "instances:read");
     /* definitions by path name */
     snprintf(path, sizeof path, "/v1/definitions/%s/1", def_a);
     CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
