@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "command_pool.h"
 #include "strand/config.h"
 #include "strand/pg.h"
 #include "strand/stuck.h"
@@ -297,67 +298,85 @@ static void handle_audit(st_http_req_t *req, void *ctx)
 
 /* ---- stuck instances ------------------------------------------------------------------ */
 
-/* GET /v1/instances/stuck?reason=&cursor=&limit= (stuck.h says what stuck means). */
+/* The stuck page on a command worker: one pass over the running and waiting instances
+ * takes a while on a large table (docs/operations.md), so it does not hold the event
+ * loop. `args`: {limit, reason?, after_us?, after_id?}, checked by handle_stuck. */
+static void stuck_page_cmd(PGconn *conn, const st_principal_t *who, const char *unused_id,
+                           const json_t *args, st_answer_t *out)
+{
+    int limit = (int)json_integer_value(json_object_get(args, "limit"));
+    const char *after_id = json_string_value(json_object_get(args, "after_id"));
+    st_errbuf_t eb;
+    PGresult *res = NULL;
+    st_err_t err = st_stuck_page(conn, st_api_stuck_grace_s,
+                                 json_string_value(json_object_get(args, "reason")),
+                                 json_string_value(json_object_get(args, "after_us")), after_id,
+                                 limit, &res, &eb);
+    if (err != ST_OK) {
+        st_answer_error(out, err, &eb);
+        return;
+    }
+    json_t *items = json_array();
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(
+            items, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:o, s:o}", "instance_id",
+                             PQgetvalue(res, i, 0), "definition", PQgetvalue(res, i, 1), "version",
+                             atoi(PQgetvalue(res, i, 2)), "status", PQgetvalue(res, i, 3),
+                             "reason", PQgetvalue(res, i, 4), "waiting_kind",
+                             text_or_null(res, i, 5), "since", st_api_time_json(res, i, 6),
+                             "last_error_code", text_or_null(res, i, 8)));
+    json_t *next = json_null();
+    if (n > 0 && n == limit) {
+        char text[80];
+        snprintf(text, sizeof text, "%s_%s", PQgetvalue(res, n - 1, 7), PQgetvalue(res, n - 1, 0));
+        next = json_string(text);
+    }
+    PQclear(res);
+    st_answer_set(out, 200, json_pack("{s:o, s:o, s:i}", "items", items, "next_cursor", next,
+                                      "grace_s", st_api_stuck_grace_s));
+}
+
+/* GET /v1/instances/stuck?reason=&cursor=&limit= (stuck.h says what stuck means):
+ * checks the parameters here, runs the query on the command pool. */
 static void handle_stuck(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
     const char *reason = st_http_query(req, "reason"), *cursor = st_http_query(req, "cursor");
     st_answer_t answer = {0};
     int limit = st_api_page_limit(req, 50, MAX_PAGE, &answer);
-    char cursor_us[24] = "", cursor_id[37] = "";
+    if (limit == 0) {
+        st_api_reply(req, &answer);
+        return;
+    }
     int known = reason == NULL;
     for (int i = 0; !known && i < ST_STUCK_NREASONS; i++)
         known = strcmp(reason, st_stuck_reasons[i]) == 0;
-    if (limit > 0 && !known)
+    if (!known) {
         st_answer_problem(&answer, 400, "invalid_field",
                           "reason must be last_wakeup_failed, no_pending_wakeup or "
                           "signal_without_deadline", "/reason", NULL);
-    if (limit > 0 && known && cursor != NULL) {
+        st_api_reply(req, &answer);
+        return;
+    }
+    json_t *args = json_pack("{s:i}", "limit", limit);
+    if (reason != NULL)
+        json_object_set_new(args, "reason", json_string(reason));
+    if (cursor != NULL) {
         const char *sep = strchr(cursor, '_');
         if (sep == NULL || sep == cursor || sep - cursor > 18 ||
             strspn(cursor, "0123456789") != (size_t)(sep - cursor) || !st_uuid_valid(sep + 1)) {
+            json_decref(args);
             st_answer_problem(&answer, 400, "invalid_cursor", "cursor is not one this API issued",
                               "/cursor", NULL);
-        } else {
-            memcpy(cursor_us, cursor, (size_t)(sep - cursor));
-            snprintf(cursor_id, sizeof cursor_id, "%s", sep + 1);
+            st_api_reply(req, &answer);
+            return;
         }
+        json_object_set_new(args, "after_us", json_stringn(cursor, (size_t)(sep - cursor)));
+        json_object_set_new(args, "after_id", json_string(sep + 1));
     }
-    PGconn *conn = answer.status == 0 && limit > 0 ? st_api_conn(api, &answer) : NULL;
-    if (conn != NULL) {
-        st_errbuf_t eb;
-        PGresult *res = NULL;
-        st_err_t err = st_stuck_page(conn, st_api_stuck_grace_s, reason,
-                                     cursor ? cursor_us : NULL, cursor ? cursor_id : NULL, limit,
-                                     &res, &eb);
-        if (err != ST_OK) {
-            st_answer_error(&answer, err, &eb);
-        } else {
-            json_t *items = json_array();
-            int n = PQntuples(res);
-            for (int i = 0; i < n; i++)
-                json_array_append_new(
-                    items, json_pack("{s:s, s:s, s:i, s:s, s:s, s:o, s:o, s:o}", "instance_id",
-                                     PQgetvalue(res, i, 0), "definition", PQgetvalue(res, i, 1),
-                                     "version", atoi(PQgetvalue(res, i, 2)), "status",
-                                     PQgetvalue(res, i, 3), "reason", PQgetvalue(res, i, 4),
-                                     "waiting_kind", text_or_null(res, i, 5), "since",
-                                     st_api_time_json(res, i, 6), "last_error_code",
-                                     text_or_null(res, i, 8)));
-            json_t *next = json_null();
-            if (n > 0 && n == limit) {
-                char text[80];
-                snprintf(text, sizeof text, "%s_%s", PQgetvalue(res, n - 1, 7),
-                         PQgetvalue(res, n - 1, 0));
-                next = json_string(text);
-            }
-            st_answer_set(&answer, 200, json_pack("{s:o, s:o, s:i}", "items", items,
-                                                  "next_cursor", next, "grace_s",
-                                                  st_api_stuck_grace_s));
-        }
-        PQclear(res);
-    }
-    st_api_reply(req, &answer);
+    st_command_pool_submit(api->pool, req, stuck_page_cmd, NULL, &api->current, NULL, NULL, args,
+                           NULL);
 }
 
 json_t *st_api_stuck_json(PGconn *conn, const char *instance_id, st_err_t *err, st_errbuf_t *eb)

@@ -265,11 +265,7 @@ static const char *const sql_runtime_end =
 static const char *const sql_instance_end =
     "UPDATE strand.instances SET status = $2, error = $3::jsonb, updated_at = now(),"
     " ended_at = now() WHERE id = $1::uuid";
-/* CANCEL and TERMINATE end the instance where it stands, without running steps. The
- * end reaches everything it owns (strand/tree.h): tasks, pending calls, children. A
- * child's end wakes its parent as a failure (status cancelled or terminated), unless
- * the parent sent the signal itself: it has moved on or ended. Later signals find the
- * instance ended (stale). */
+
 /* An operator's cancel or terminate (its payload names the "actor": the API put the
  * principal there) gets its audit row "applied" or "rejected" where the executor
  * decides; a parent's cancel of its child is no operator action and gets none. */
@@ -297,6 +293,11 @@ static st_err_t audit_control_tx(PGconn *conn, const st_signal_t *sig, const cha
     return err;
 }
 
+/* CANCEL and TERMINATE end the instance where it stands, without running steps. The
+ * end reaches everything it owns (strand/tree.h): tasks, pending calls, children. A
+ * child's end wakes its parent as a failure (status cancelled or terminated), unless
+ * the parent sent the signal itself: it has moved on or ended. Later signals find the
+ * instance ended (stale). */
 static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
                                 const st_parent_t *parent, const char *old_status,
                                 long long old_version, st_errbuf_t *eb)
