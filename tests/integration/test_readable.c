@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "st_test.h"
+#include "strand/notice.h"
 #include "strand/proto/strand.pb-c.h"
 
 #define T_ROOT "readable-root-token-0123456789"   /* admin */
@@ -293,6 +294,47 @@ static void test_notices_listed(void)
     snprintf(notice_letter, sizeof notice_letter, "%s", letter);
     free(letter);
     free(id);
+}
+
+/* A notice whose text PostgreSQL would refuse (bytes that are not UTF-8, a NUL inside a
+ * detail string, an instance "id" that is no UUID) is stored cleaned: the transaction
+ * that raises it (a consumer's, say) must never fail because of it. */
+static void test_notice_bad_bytes(void)
+{
+    PGconn *conn = it_pg_begin();
+    json_t *detail = json_pack("{s:o}", "raw", json_stringn("a\0b", 3));
+    st_errbuf_t eb;
+    st_err_t err = st_notice_add_tx(conn, "ReadableBadBytes", "not-a-uuid\xff", "sig\xc3\x28",
+                                    "bad \xff\xfe bytes \xe2\x82", detail, &eb);
+    json_decref(detail);
+    if (err != ST_OK)
+        fprintf(stderr, "\nst_notice_add_tx: %s\n", eb.msg);
+    CU_ASSERT_EQUAL(err, ST_OK);
+    it_pg_commit(conn);
+    json_t *page = get(T_VIC, "/v1/notices?code=ReadableBadBytes&limit=1", 200);
+    CU_ASSERT_EQUAL(items_count(page), 1);
+    CU_ASSERT_STRING_EQUAL(item_str(page, 0, "message"), "bad ?? bytes ??");
+    CU_ASSERT_STRING_EQUAL(item_str(page, 0, "signal_id"), "sig?(");
+    json_t *item = json_array_get(json_object_get(page, "items"), 0);
+    CU_ASSERT_TRUE(json_is_null(json_object_get(item, "instance_id")));
+    const char *raw = json_string_value(json_object_get(json_object_get(item, "detail"), "raw"));
+    CU_ASSERT_STRING_EQUAL(raw ? raw : "", "a\xef\xbf\xbd" "b");   /* U+FFFD for the NUL */
+    json_decref(page);
+
+    /* end to end: an ingress command whose target is not UTF-8 is refused with a notice
+     * and a dead letter, and the partition moves on (before: the notice's outbox key
+     * failed the refusal's transaction, again and again) */
+    long long letters = it_sql_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'");
+    long long notices = it_sql_number("SELECT count(*) FROM strand.notices WHERE code = 'IngressRejected'"
+                                      " AND instance_id IS NULL");
+    CU_ASSERT_TRUE(it_produce_command(STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_SIGNAL, T_ROOT,
+                                      "bad-\xff\xfe-target", "{\"name\":\"go\"}"));
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.notices WHERE code = 'IngressRejected'"
+                                   " AND instance_id IS NULL", notices + 1, 30), notices + 1);
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM strand.dead_letters WHERE source_topic LIKE '%ingress'",
+                                   letters + 1, 30), letters + 1);
+    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.outbox WHERE topic = 'notices'"
+                                  " AND key = 'bad-?" "?-target'"), 1);
 }
 
 /* The retention run removes notices older than its cutoff and keeps recent ones, and
@@ -623,6 +665,7 @@ int main(void)
     static const it_case_t cases[] = {
         {"setup", test_setup},
         {"a notice is stored and listed per instance and globally", test_notices_listed},
+        {"a notice with bytes PostgreSQL refuses is stored cleaned", test_notice_bad_bytes},
         {"the retention run removes old notices, keeps recent ones", test_notice_retention},
         {"task events per task and per instance", test_task_events},
         {"audit rows for cancel and terminate", test_audit_cancel_terminate},

@@ -13,11 +13,12 @@
 #include "strand/proto/strand.pb-c.h"
 #include "strand/util.h"
 
-#define NOTICE_MAX_TEXT 2000
+#define NOTICE_MAX_TEXT 8000
 
 /* Copies at most NOTICE_MAX_TEXT bytes of `text` (NULL: "") into a new string with
  * every byte that is not part of a well-formed UTF-8 sequence replaced by '?': the
- * column is text, and a notice about a bad message must never fail its transaction.
+ * outbox key and the notice's columns are text, and a notice about a bad message (an
+ * ingress command whose target is not even UTF-8) must never fail its transaction.
  * Caller frees. */
 static char *utf8_clean(const char *text)
 {
@@ -69,68 +70,69 @@ static void json_drop_nul_escapes(char *text)
     }
 }
 
-/* Stores the notice (queued: sent with the transaction's next statement). */
+/* Stores the notice (queued: sent with the transaction's next statement). Every text
+ * is clean UTF-8 already; `instance_id` is stored only when it is a UUID. */
 static st_err_t notice_store_tx(PGconn *conn, const char *code, const char *instance_id,
-                                const char *signal_id, const char *message,
-                                const char *detail_text, st_errbuf_t *eb)
+                                const char *signal_id, const char *message, char *detail_text,
+                                st_errbuf_t *eb)
 {
     static const char *const sql_notice_insert =
         "INSERT INTO strand.notices (code, instance_id, signal_id, message, detail)"
         " VALUES ($1, $2::uuid, $3, $4, $5::jsonb)";
-    char *clean_code = utf8_clean(code), *clean_signal = utf8_clean(signal_id),
-         *clean_message = utf8_clean(message), *clean_detail = strdup(detail_text);
-    st_err_t err = ST_OK;
-    if (clean_code == NULL || clean_signal == NULL || clean_message == NULL ||
-        clean_detail == NULL) {
-        err = st_err_set(eb, ST_ERR_NOMEM, "could not store a notice");
-    } else {
-        json_drop_nul_escapes(clean_detail);
-        const char *params[] = {clean_code,
-                                instance_id && st_uuid_valid(instance_id) ? instance_id : NULL,
-                                signal_id && signal_id[0] ? clean_signal : NULL, clean_message,
-                                clean_detail};
-        err = st_pg_queue_bin(conn, sql_notice_insert, 5, params, NULL, NULL, eb);
-    }
-    free(clean_code);
-    free(clean_signal);
-    free(clean_message);
-    free(clean_detail);
-    return err;
+    json_drop_nul_escapes(detail_text);
+    const char *params[] = {code, instance_id && st_uuid_valid(instance_id) ? instance_id : NULL,
+                            signal_id && signal_id[0] ? signal_id : NULL, message, detail_text};
+    return st_pg_queue_bin(conn, sql_notice_insert, 5, params, NULL, NULL, eb);
 }
 
 st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_id,
                           const char *signal_id, const char *message, const json_t *detail,
                           st_errbuf_t *eb)
 {
-    Strand__V1__Notice msg = STRAND__V1__NOTICE__INIT;
-    msg.envelope_version = 1;
-    msg.code = (char *)code;
-    msg.instance_id = (char *)(instance_id ? instance_id : "");
-    msg.signal_id = (char *)(signal_id ? signal_id : "");
-    msg.message = (char *)message;
-    msg.occurred_at_ms = st_now_ms();
+    /* Text from a refused message may be anything: the outbox key, the published
+     * envelope and the stored row all get the same clean UTF-8 copy. */
+    char *c_code = utf8_clean(code), *c_instance = instance_id ? utf8_clean(instance_id) : NULL,
+         *c_signal = utf8_clean(signal_id), *c_message = utf8_clean(message);
     char *detail_text = detail ? json_dumps(detail, JSON_COMPACT) : strdup("{}");
-    if (detail_text == NULL)
-        return st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    st_err_t err = ST_OK;
+    Strand__V1__Notice msg = STRAND__V1__NOTICE__INIT;
+    if (c_code == NULL || (instance_id && c_instance == NULL) || c_signal == NULL ||
+        c_message == NULL || detail_text == NULL) {
+        err = st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+        goto done;
+    }
+    msg.envelope_version = 1;
+    msg.code = c_code;
+    msg.instance_id = c_instance ? c_instance : (char *)"";
+    msg.signal_id = c_signal;
+    msg.message = c_message;
+    msg.occurred_at_ms = st_now_ms();
     msg.detail.data = (uint8_t *)detail_text;
     msg.detail.len = strlen(detail_text);
-    size_t len = strand__v1__notice__get_packed_size(&msg);
-    uint8_t *buf = malloc(len ? len : 1);
+    len = strand__v1__notice__get_packed_size(&msg);
+    buf = malloc(len ? len : 1);
     if (buf == NULL) {
-        free(detail_text);
-        return st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+        err = st_err_set(eb, ST_ERR_NOMEM, "could not encode a notice");
+        goto done;
     }
     strand__v1__notice__pack(&msg, buf);
-    st_err_t err = st_outbox_add_tx(conn, ST_TOPIC_NOTICES, instance_id, buf, len, eb);
-    free(buf);
+    err = st_outbox_add_tx(conn, ST_TOPIC_NOTICES, c_instance, buf, len, eb);
     if (err == ST_OK)
-        err = notice_store_tx(conn, code, instance_id, signal_id, message, detail_text, eb);
-    free(detail_text);
+        err = notice_store_tx(conn, c_code, c_instance, c_signal, c_message, detail_text, eb);
     if (err == ST_OK) {
         char labels[96];
         snprintf(labels, sizeof labels, "code=\"%s\"", code);
         st_metric_inc(st_metrics_counter("strand_notices_total", "Notices raised", labels));
     }
+done:
+    free(buf);
+    free(detail_text);
+    free(c_code);
+    free(c_instance);
+    free(c_signal);
+    free(c_message);
     return err;
 }
 
