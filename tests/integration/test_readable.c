@@ -581,6 +581,22 @@ static void test_stuck(void)
     CU_ASSERT_STRING_EQUAL(r, "null");
     free(r);
 
+    /* a pending instance whose START was dead-lettered is stuck too; a pending one
+     * without an error is not (its START is on its way) */
+    char *pending = start_waiting(sigflow);
+    snprintf(sql, sizeof sql, "UPDATE strand.instances SET status = 'pending' WHERE id = '%s'", pending);
+    CU_ASSERT_TRUE(it_sql_exec(sql));
+    stuck_entry(pending, entry, sizeof entry, NULL, NULL);
+    CU_ASSERT_STRING_EQUAL(entry, "");
+    snprintf(sql, sizeof sql,
+             "UPDATE strand.runtime_states SET last_error_code = 'wakeup_dead_lettered',"
+             " last_error = '{\"code\": \"wakeup_dead_lettered\"}' WHERE instance_id = '%s'", pending);
+    CU_ASSERT_TRUE(it_sql_exec(sql));
+    stuck_entry(pending, entry, sizeof entry, NULL, NULL);
+    CU_ASSERT_STRING_EQUAL(entry, "last_wakeup_failed/signal");
+    terminate(pending);
+    free(pending);
+
     /* the filter */
     json_t *page = get(T_VIC, "/v1/instances/stuck?reason=last_wakeup_failed&limit=500", 200);
     int seen = 0;

@@ -28,14 +28,14 @@ const char *const st_stuck_reasons[ST_STUCK_NREASONS] = {
     "   CASE WHEN rs.last_error_code LIKE 'wakeup%' THEN"                                   \
     "     coalesce((rs.last_error->>'at')::timestamptz, i.updated_at) END AS failed_at"     \
     "  FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"     \
-    "  WHERE i.status IN ('running', 'waiting')"                                            \
+    "  WHERE i.status IN ('pending', 'running', 'waiting')"                                 \
     "    AND ($2::uuid IS NULL OR i.id = $2::uuid)),"                                       \
     " s AS (SELECT c.*, CASE WHEN c.failed THEN 'last_wakeup_failed'"                       \
     "     WHEN c.waiting_kind = 'signal' THEN 'signal_without_deadline'"                    \
     "     ELSE 'no_pending_wakeup' END AS reason,"                                          \
     "   CASE WHEN c.failed THEN c.failed_at ELSE c.moved_at END AS since"                   \
     "  FROM c WHERE c.failed"                                                               \
-    "   OR (c.moved_at < now() - make_interval(secs => $1::int)"                           \
+    "   OR (c.status <> 'pending' AND c.moved_at < now() - make_interval(secs => $1::int)"  \
     "    AND c.waiting_until IS NULL AND c.waiting_kind IS DISTINCT FROM 'trigger'"         \
     "    AND NOT EXISTS (SELECT 1 FROM strand.tasks t WHERE t.instance_id = c.id"           \
     "      AND t.status IN ('open', 'assigned'))"                                           \

@@ -8,7 +8,8 @@
  * An instance (status running or waiting) is stuck with the reason:
  *   last_wakeup_failed       its runtime state's last_error is a wake-up that was
  *                            dead-lettered (wakeup_dead_lettered), or that failed
- *                            (wakeup_failed) more than the grace period ago;
+ *                            (wakeup_failed) more than the grace period ago; this
+ *                            one also for a pending instance (its START failed);
  *   no_pending_wakeup        nothing can wake it: no open task, no pending timer, no
  *                            call pending or sent, no running child, no ACK the
  *                            monitor still works on, no buffered signal, and no
