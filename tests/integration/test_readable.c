@@ -310,7 +310,17 @@ static void test_notice_bad_bytes(void)
     if (err != ST_OK)
         fprintf(stderr, "\nst_notice_add_tx: %s\n", eb.msg);
     CU_ASSERT_EQUAL(err, ST_OK);
+    /* ...and a dead letter whose reason quotes a key cut in the middle of a character */
+    st_dead_letter_source_t src = {"readable-bad-bytes", 0, 0, NULL, "sig-\xe2\x82"};
+    err = st_dead_letter_add_tx(conn, &src, "unknown field 'caf\xc3'", 1, "test", "x", 1, &eb);
+    if (err != ST_OK)
+        fprintf(stderr, "\nst_dead_letter_add_tx: %s\n", eb.msg);
+    CU_ASSERT_EQUAL(err, ST_OK);
     it_pg_commit(conn);
+    char *reason = it_sql_text("SELECT reason || '|' || signal_id FROM strand.dead_letters"
+                               " WHERE source_topic = 'readable-bad-bytes' ORDER BY id DESC LIMIT 1");
+    CU_ASSERT_STRING_EQUAL(reason ? reason : "", "unknown field 'caf?'|sig-??");
+    free(reason);
     json_t *page = get(T_VIC, "/v1/notices?code=ReadableBadBytes&limit=1", 200);
     CU_ASSERT_EQUAL(items_count(page), 1);
     CU_ASSERT_STRING_EQUAL(item_str(page, 0, "message"), "bad ?? bytes ??");

@@ -162,15 +162,27 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
     }
     if (payload == NULL || len == 0)
         payload = "", len = 0;
-    const char *signal_id = src->signal_id && src->signal_id[0] ? src->signal_id : NULL;
+    /* The reason may quote a refused message and the signal id comes from one: clean
+     * UTF-8 for the text columns, or the insert fails and the consumer cannot move on. */
+    char *clean_reason = utf8_clean(reason);
+    char *signal_id = src->signal_id && src->signal_id[0] ? utf8_clean(src->signal_id) : NULL;
+    if (clean_reason == NULL || (src->signal_id && src->signal_id[0] && signal_id == NULL)) {
+        free(clean_reason);
+        free(signal_id);
+        return st_err_set(eb, ST_ERR_NOMEM, "could not copy a dead letter's reason");
+    }
+    reason = clean_reason;
     const char *params[] = {src->topic, partition, offset, instance, reason,
                             attempts_text, node_id, payload, signal_id};
     int lengths[] = {0, 0, 0, 0, 0, 0, 0, (int)len, 0};
     int formats[] = {0, 0, 0, 0, 0, 0, 0, 1, 0};
     st_err_t err = st_pg_exec_bin(conn, sql_dead_letter_insert, 9, params, lengths, formats,
                                   NULL, eb);
-    if (err != ST_OK)
+    free(signal_id);
+    if (err != ST_OK) {
+        free(clean_reason);
         return err;
+    }
     Strand__V1__DeadLetter msg = STRAND__V1__DEAD_LETTER__INIT;
     msg.envelope_version = 1;
     msg.source_topic = (char *)src->topic;
@@ -184,9 +196,12 @@ st_err_t st_dead_letter_add_tx(PGconn *conn, const st_dead_letter_source_t *src,
     msg.occurred_at_ms = st_now_ms();
     size_t out_len = strand__v1__dead_letter__get_packed_size(&msg);
     uint8_t *buf = malloc(out_len ? out_len : 1);
-    if (buf == NULL)
+    if (buf == NULL) {
+        free(clean_reason);
         return st_err_set(eb, ST_ERR_NOMEM, "could not encode a dead letter");
+    }
     strand__v1__dead_letter__pack(&msg, buf);
+    free(clean_reason);
     err = st_outbox_add_tx(conn, ST_TOPIC_DLQ, instance, buf, out_len, eb);
     free(buf);
     if (err == ST_OK)
