@@ -14,6 +14,7 @@
 #include <libpq-fe.h>
 
 #include "strand/auth.h"
+#include "strand/config.h"
 #include "strand/err.h"
 #include "strand/http.h"
 #include "strand/service.h"
@@ -158,6 +159,20 @@ int st_api_instance_view(st_api_t *api, const char *instance_id, long long after
 /* True for a time filter this API accepts: an RFC 3339 / ISO 8601 date or timestamp
  * that exists ("2026-11-23", "2026-11-23T10:00:00Z"); instances.c. */
 int st_api_valid_time(const char *text);
+/* ---- reads.c: notices, task events, the audit log, stuck instances ------------------ */
+
+/* The GET routes of reads.c; registered before st_api_instances_register() (the
+ * router matches in order, and /v1/instances/stuck is not an instance id). */
+void st_api_reads_register(st_api_t *api);
+/* The settings reads.c and the retention run use, from the service's configuration:
+ * STRAND_NOTICE_RETENTION_S and STRAND_STUCK_GRACE_S. Called once by main.c. */
+extern int st_api_notice_retention_s;
+extern int st_api_stuck_grace_s;
+void st_api_reads_configure(const st_config_t *cfg);
+/* The runtime view's "stuck" field for `instance_id`: {reason, since}, or JSON null
+ * when it is not stuck (or on error: *err says). Caller owns the reference. */
+json_t *st_api_stuck_json(PGconn *conn, const char *instance_id, st_err_t *err,
+                          st_errbuf_t *eb);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

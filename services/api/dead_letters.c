@@ -15,10 +15,12 @@
 
 #include "api.h"
 #include "permissions.h"
+#include "strand/audit.h"
 #include "strand/kafka.h"
 #include "strand/notice.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/util.h"
 
 static const char *const sql_dead_letter_list =
     "SELECT id, source_topic, source_partition, source_offset, instance_id, reason, attempts,"
@@ -180,6 +182,23 @@ static void settle(st_api_t *api, st_http_req_t *req, const char *status)
         }
         err = st_outbox_add_tx(conn, topic, letter.key[0] ? letter.key : NULL, letter.payload,
                                letter.len, &eb);
+    }
+    if (err == ST_OK) {
+        /* the operator's action in the audit log, in the same transaction */
+        char target[64];
+        snprintf(target, sizeof target, "dead_letter:%s", id);
+        json_t *before = json_pack("{s:s}", "status", "open");
+        json_t *after = json_pack("{s:s}", "status", status);
+        json_t *detail = json_pack("{s:s}", "source_topic", letter.topic);
+        st_audit_entry_t entry = {api->current.name,
+                                  strcmp(status, "replayed") == 0 ? "dead_letter_replay"
+                                                                  : "dead_letter_discard",
+                                  "applied", st_uuid_valid(letter.key) ? letter.key : NULL,
+                                  target, before, after, detail};
+        err = st_audit_add_tx(conn, &entry, &eb);
+        json_decref(before);
+        json_decref(after);
+        json_decref(detail);
     }
     free(letter.payload);
     if (err == ST_OK)

@@ -603,7 +603,7 @@ static void handle_history(st_http_req_t *req, void *ctx)
 
 /* GET /v1/instances/{id}/runtime: "why is it waiting" - the snapshot, the wait, and
  * what the instance waits on (open tasks, calls in flight, overdue-tracked ACKs,
- * buffered signals). */
+ * buffered signals), and "stuck" when nothing can wake it (reads.c, stuck.h). */
 static void handle_runtime(st_http_req_t *req, void *ctx)
 {
     st_api_t *api = ctx;
@@ -648,7 +648,15 @@ static void handle_runtime(st_http_req_t *req, void *ctx)
             json_object_set_new(body, "waiting_for_signals",
                                 json_is_object(snapshot) ? st_snapshot_waiting_signals(snapshot) : json_array());
             json_object_set_new(body, "pending_timers", json_column(res, 0, 13));
-            st_answer_set(&answer, 200, body);
+            /* ...and whether nothing will (stuck.h): {reason, since} or null */
+            json_t *stuck = st_api_stuck_json(conn, id, &err, &eb);
+            json_object_set_new(body, "stuck", stuck);
+            if (err != ST_OK) {
+                json_decref(body);
+                st_answer_error(&answer, err, &eb);
+            } else {
+                st_answer_set(&answer, 200, body);
+            }
         }
         PQclear(res);
     }

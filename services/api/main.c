@@ -158,6 +158,7 @@ int main(int argc, char **argv)
         return 1;
     }
     st_api_t api = {.svc = &svc};
+    st_api_reads_configure(&svc.cfg);
     curl_global_init(CURL_GLOBAL_DEFAULT);   /* before any thread may make an RPC call */
     if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, command_workers, &api.pool, &eb) != ST_OK) {
         st_log_error("could not start the command workers", "%s", eb.msg);

@@ -72,6 +72,13 @@ static const st_perm_rule_t route_rules[] = {
     RULE("POST", "/v1/instances/{id}/rewind", INSTANCES_OPERATE, INSTANCE),
     RULE("POST", "/v1/definitions/{name}/{version}/pause", INSTANCES_OPERATE, PATH_NAME),
     RULE("POST", "/v1/definitions/{name}/{version}/resume", INSTANCES_OPERATE, PATH_NAME),
+    /* ---- readable (reads.c) ---- */
+    RULE("GET", "/v1/instances/stuck", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/notices", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/instances/{id}/notices", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/tasks/{id}/events", TASKS_READ, TASK),
+    RULE("GET", "/v1/instances/{id}/task-events", INSTANCES_READ, INSTANCE),
+    RULE("GET", "/v1/audit", AUDIT_READ, NONE),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the

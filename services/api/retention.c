@@ -2,16 +2,19 @@
  * retention.c - the retention run (admin): purges instances that ended before a
  * cutoff, with everything kept for them (runtime state, tasks and task events,
  * history, calls, buffered signals, work events and ACKs by cascade; timers,
- * processed-signal records and start idempotency keys explicitly), and dead letters
- * that were replayed or discarded before the cutoff. Running and waiting instances and
- * open dead letters are never touched. One transaction per run, at most `limit`
- * instances; `more` says whether another run has work left.
+ * processed-signal records and start idempotency keys explicitly), dead letters
+ * that were replayed or discarded before the cutoff, and notices older than the
+ * cutoff or than STRAND_NOTICE_RETENTION_S, whichever is more recent. Running and
+ * waiting instances and open dead letters are never touched. One transaction per run,
+ * at most `limit` instances and `limit` notices; `more` says whether another run has
+ * work left. A run that deletes (not a dry run) writes an audit row.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "strand/audit.h"
 #include "strand/dedup.h"
 #include "strand/instance_store.h"
 #include "strand/notice.h"
@@ -23,7 +26,7 @@
 #define MAX_LIMIT 100000
 #define MAX_AGE_S (100LL * 366 * 86400)
 
-/* $1 cutoff age in seconds, $2 limit, $3 dry run. */
+/* $1 cutoff age in seconds, $2 limit, $3 dry run, $4 the notice retention in seconds. */
 static const char *const sql_retention_run =
     "WITH victims AS ("
     "  SELECT id FROM strand.instances"
@@ -38,12 +41,18 @@ static const char *const sql_retention_run =
     " letters AS (SELECT id FROM strand.dead_letters"
     "   WHERE status IN ('replayed', 'discarded')"
     "     AND created_at < now() - make_interval(secs => $1::bigint)),"
-    " del_letters AS (" ST_DEAD_LETTER_PURGE_SQL("letters", "$3::boolean") ")"
-    " SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM victims) > $2::int,"
+    " del_letters AS (" ST_DEAD_LETTER_PURGE_SQL("letters", "$3::boolean") "),"
+    " aged AS (SELECT id FROM strand.notices WHERE at < now() - make_interval(secs =>"
+    "   least($1::bigint, $4::bigint)) ORDER BY at LIMIT $2::int + 1),"
+    " notice_batch AS (SELECT id FROM aged LIMIT $2::int),"
+    " del_notices AS (" ST_NOTICE_PURGE_SQL("notice_batch", "$3::boolean") ")"
+    " SELECT (SELECT count(*) FROM batch),"
+    " (SELECT count(*) FROM victims) > $2::int OR (SELECT count(*) FROM aged) > $2::int,"
     " (SELECT count(*) FROM letters), (SELECT count(*) FROM del_timers),"
     " (SELECT count(*) FROM del_processed), (SELECT count(*) FROM del_requests),"
     " (SELECT count(*) FROM del_instances), (SELECT count(*) FROM del_letters),"
-    " now() - make_interval(secs => $1::bigint)";
+    " now() - make_interval(secs => $1::bigint), (SELECT count(*) FROM notice_batch),"
+    " (SELECT count(*) FROM del_notices)";
 
 /* Reads a non-negative integer field; returns 0 and answers 400 if it is malformed. */
 static int int_field(const json_t *args, const char *key, long long min, long long max,
@@ -100,15 +109,27 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *u
         st_answer_problem(out, 400, "invalid_field", "dry_run must be true or false", "/dry_run", NULL);
         return;
     }
-    char age[24], lim[24];
+    char age[24], lim[24], notice_age[24];
     snprintf(age, sizeof age, "%lld", days >= 0 ? days * 86400 : secs);
     snprintf(lim, sizeof lim, "%lld", limit);
-    const char *params[] = {age, lim, json_is_true(dry) ? "true" : "false"};
+    snprintf(notice_age, sizeof notice_age, "%d", st_api_notice_retention_s);
+    const char *params[] = {age, lim, json_is_true(dry) ? "true" : "false", notice_age};
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_retention_run, 3, params, &res, &eb);
+        err = st_pg_exec(conn, sql_retention_run, 4, params, &res, &eb);
+    if (err == ST_OK && !json_is_true(dry)) {
+        json_t *detail = json_pack(
+            "{s:I, s:I, s:{s:I, s:I, s:I}}", "older_than_s", (json_int_t)atoll(age), "limit",
+            (json_int_t)limit, "deleted", "instances", (json_int_t)atoll(PQgetvalue(res, 0, 6)),
+            "dead_letters", (json_int_t)atoll(PQgetvalue(res, 0, 7)), "notices",
+            (json_int_t)atoll(PQgetvalue(res, 0, 10)));
+        st_audit_entry_t entry = {who->name, "retention_run", "applied", NULL, NULL, NULL, NULL,
+                                  detail};
+        err = st_audit_add_tx(conn, &entry, &eb);
+        json_decref(detail);
+    }
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {
@@ -118,18 +139,20 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *u
         return;
     }
     json_t *body = json_pack(
-        "{s:b, s:o, s:I, s:b, s:I}", "dry_run", json_is_true(dry), "cutoff", st_api_time_json(res, 0, 8),
-        "instances", (json_int_t)atoll(PQgetvalue(res, 0, 0)), "more",
-        strcmp(PQgetvalue(res, 0, 1), "t") == 0, "dead_letters",
-        (json_int_t)atoll(PQgetvalue(res, 0, 2)));
+        "{s:b, s:o, s:I, s:b, s:I, s:I}", "dry_run", json_is_true(dry), "cutoff",
+        st_api_time_json(res, 0, 8), "instances", (json_int_t)atoll(PQgetvalue(res, 0, 0)),
+        "more", strcmp(PQgetvalue(res, 0, 1), "t") == 0, "dead_letters",
+        (json_int_t)atoll(PQgetvalue(res, 0, 2)), "notices",
+        (json_int_t)atoll(PQgetvalue(res, 0, 9)));
     if (!json_is_true(dry))
         json_object_set_new(body, "deleted",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I}", "instances",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "instances",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 6)), "timers",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 3)), "processed_signals",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 4)), "requests",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 5)), "dead_letters",
-                                      (json_int_t)atoll(PQgetvalue(res, 0, 7))));
+                                      (json_int_t)atoll(PQgetvalue(res, 0, 7)), "notices",
+                                      (json_int_t)atoll(PQgetvalue(res, 0, 10))));
     PQclear(res);
     st_answer_set(out, 200, body);
 }

@@ -9,6 +9,7 @@ void st_api_register_routes(st_api_t *api)
 {
     st_api_openapi_register(api);
     st_api_definitions_register(api);
+    st_api_reads_register(api);   /* before instances: GET /v1/instances/stuck */
     st_api_instances_register(api);
     st_api_signals_register(api);
     st_api_dead_letters_register(api);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "strand/audit.h"
 #include "strand/engine.h"
 #include "strand/pg.h"
 #include "strand/request.h"
@@ -38,9 +39,11 @@ static const char *request_scope(st_signal_type_t type)
 
 /* Enqueues `sig` in one transaction, with an optional idempotency key: the request id
  * is claimed per (instance, signal name) - a queue message id per queue - or per
- * instance for a cancel or terminate (request.h). Answers 202 (or 200 for a repeated
- * request_id) or an error. */
-static void enqueue(PGconn *conn, st_signal_t *sig, const char *request_id, st_answer_t *out)
+ * instance for a cancel or terminate (request.h) - and, for an operator's action, its
+ * audit row `audit` (NULL: none; a repeated request_id writes none). Answers 202 (or
+ * 200 for a repeated request_id) or an error. */
+static void enqueue(PGconn *conn, st_signal_t *sig, const char *request_id,
+                    const st_audit_entry_t *audit, st_answer_t *out)
 {
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
@@ -58,6 +61,8 @@ static void enqueue(PGconn *conn, st_signal_t *sig, const char *request_id, st_a
     }
     if (err == ST_OK)
         err = st_signal_enqueue_tx(conn, sig, &eb);
+    if (err == ST_OK && audit != NULL)
+        err = st_audit_add_tx(conn, audit, &eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {
@@ -145,9 +150,11 @@ static void answer_if_duplicate(PGconn *conn, const char *id, st_signal_type_t t
     st_answer_set(out, 200, json_pack("{s:s, s:b}", "instance_id", id, "duplicate", 1));
 }
 
-/* The signal, cancel and terminate commands share this. */
-static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
-                              st_signal_type_t type, st_answer_t *out)
+/* The signal, cancel and terminate commands share this. A cancel or terminate names
+ * its `who` in the signal's payload ("actor", for the executor's audit row) and gets
+ * the audit row "requested". */
+static void raise_on_instance(PGconn *conn, const st_principal_t *who, const char *id,
+                              const json_t *args, st_signal_type_t type, st_answer_t *out)
 {
     if (!st_uuid_valid(id)) {
         st_answer_problem(out, 400, "invalid_id", "the instance id must be a UUID", "/id", NULL);
@@ -172,20 +179,33 @@ static void raise_on_instance(PGconn *conn, const char *id, const json_t *args,
     json_t *reason = json_object_get(args, "reason");
     if (json_is_string(reason))
         json_object_set(sig.payload, "reason", reason);
-    enqueue(conn, &sig, request_id, out);
+    if (type == ST_SIGNAL_EXTERNAL) {
+        enqueue(conn, &sig, request_id, NULL, out);
+    } else {
+        const char *actor = who != NULL && who->name[0] ? who->name : "system";
+        json_object_set_new(sig.payload, "actor", json_string(actor));
+        json_t *detail = json_pack("{s:s, s:O}", "signal_id", sig.signal_id, "reason",
+                                   json_is_string(reason) ? reason : json_null());
+        if (request_id != NULL)
+            json_object_set_new(detail, "request_id", json_string(request_id));
+        st_audit_entry_t audit = {actor, type == ST_SIGNAL_CANCEL ? "cancel" : "terminate",
+                                  "requested", id, NULL, NULL, NULL, detail};
+        enqueue(conn, &sig, request_id, &audit, out);
+        json_decref(detail);
+    }
     st_signal_close(&sig);
 }
 
 void st_cmd_signal(PGconn *conn, const st_principal_t *who, const char *id,
                   const json_t *args, st_answer_t *out)
 {
-    raise_on_instance(conn, id, args, ST_SIGNAL_EXTERNAL, out);
+    raise_on_instance(conn, who, id, args, ST_SIGNAL_EXTERNAL, out);
 }
 
 void st_cmd_cancel(PGconn *conn, const st_principal_t *who, const char *id,
                   const json_t *args, st_answer_t *out)
 {
-    raise_on_instance(conn, id, args, ST_SIGNAL_CANCEL, out);
+    raise_on_instance(conn, who, id, args, ST_SIGNAL_CANCEL, out);
 }
 
 void st_cmd_terminate(PGconn *conn, const st_principal_t *who, const char *id,
@@ -196,7 +216,7 @@ void st_cmd_terminate(PGconn *conn, const st_principal_t *who, const char *id,
                           NULL, json_pack("{s:s}", "required_permission", "instances:terminate"));
         return;
     }
-    raise_on_instance(conn, id, args, ST_SIGNAL_TERMINATE, out);
+    raise_on_instance(conn, who, id, args, ST_SIGNAL_TERMINATE, out);
 }
 
 /* {business_ref, definition?, name, payload?, request_id?} */
@@ -237,7 +257,7 @@ void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const cha
         st_signal_init(&sig, ST_SIGNAL_EXTERNAL, PQgetvalue(res, 0, 0), -1);
         snprintf(sig.name, sizeof sig.name, "%s", name);
         sig.payload = payload ? json_deep_copy(payload) : json_object();
-        enqueue(conn, &sig, request_id, out);
+        enqueue(conn, &sig, request_id, NULL, out);
         st_signal_close(&sig);
     }
     PQclear(res);

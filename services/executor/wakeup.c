@@ -284,13 +284,42 @@ static const char *const sql_runtime_end =
 static const char *const sql_instance_end =
     "UPDATE strand.instances SET status = $2, error = $3::jsonb, updated_at = now(),"
     " ended_at = now() WHERE id = $1::uuid";
+
+/* An operator's cancel or terminate (its payload names the "actor": the API put the
+ * principal there) gets its audit row "applied" or "rejected" where the executor
+ * decides; a parent's cancel of its child is no operator action and gets none. */
+static st_err_t audit_control_tx(PGconn *conn, const st_signal_t *sig, const char *outcome,
+                                 const char *old_status, long long old_version,
+                                 const char *new_status, st_errbuf_t *eb)
+{
+    const char *actor = json_string_value(json_object_get(sig->payload, "actor"));
+    if (actor == NULL || (sig->type != ST_SIGNAL_CANCEL && sig->type != ST_SIGNAL_TERMINATE))
+        return ST_OK;
+    json_t *before = json_pack("{s:s, s:I}", "status", old_status, "state_version",
+                               (json_int_t)old_version);
+    json_t *after = new_status ? json_pack("{s:s, s:I}", "status", new_status, "state_version",
+                                           (json_int_t)old_version + 1)
+                               : NULL;
+    const json_t *reason = json_object_get(sig->payload, "reason");
+    json_t *detail = json_pack("{s:s, s:O}", "signal_id", sig->signal_id, "reason",
+                               reason ? reason : json_null());
+    st_audit_entry_t entry = {actor, sig->type == ST_SIGNAL_CANCEL ? "cancel" : "terminate",
+                              outcome, sig->instance_id, NULL, before, after, detail};
+    st_err_t err = st_audit_add_tx(conn, &entry, eb);
+    json_decref(before);
+    json_decref(after);
+    json_decref(detail);
+    return err;
+}
+
 /* CANCEL and TERMINATE end the instance where it stands, without running steps. The
  * end reaches everything it owns (strand/tree.h): tasks, pending calls, children. A
  * child's end wakes its parent as a failure (status cancelled or terminated), unless
  * the parent sent the signal itself: it has moved on or ended. Later signals find the
  * instance ended (stale). */
 static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
-                                const st_parent_t *parent, st_errbuf_t *eb)
+                                const st_parent_t *parent, const char *old_status,
+                                long long old_version, st_errbuf_t *eb)
 {
     const char *status = sig->type == ST_SIGNAL_CANCEL ? "cancelled" : "terminated";
     const json_t *reason = sig->payload ? json_object_get(sig->payload, "reason") : NULL;
@@ -317,6 +346,8 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
     } else {
         json_decref(error);
     }
+    if (err == ST_OK)
+        err = audit_control_tx(conn, sig, "applied", old_status, old_version, status, eb);
     return err;
 }
 
@@ -710,6 +741,8 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0) {
         *outcome = ST_WAKE_STALE;
         err = drop_tx(conn, sig, *outcome, "StaleSignal", "the instance has already ended", eb);
+        if (err == ST_OK)
+            err = audit_control_tx(conn, sig, "rejected", status, current, NULL, eb);
         goto finish;
     }
     if (sig->expected_version >= 0 && sig->expected_version != current) {
@@ -742,7 +775,8 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                  PQgetvalue(state, 0, 9));
     }
     if (sig->type == ST_SIGNAL_CANCEL || sig->type == ST_SIGNAL_TERMINATE) {
-        err = end_instance_tx(conn, sig, node_id, parent.instance_id[0] ? &parent : NULL, eb);
+        err = end_instance_tx(conn, sig, node_id, parent.instance_id[0] ? &parent : NULL,
+                              status, current, eb);
         *outcome = ST_WAKE_APPLIED;
         goto finish;
     }

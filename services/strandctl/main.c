@@ -210,6 +210,9 @@ static void usage(void)
           "  instances wait ID [--timeout SECONDS]   wait until the instance ends\n"
           "  instances signal ID NAME [--payload JSON] [--request-id ID]\n"
           "  instances rpc ID NAME [--input JSON] [--request-id ID]   a process's RPC\n"
+          "  instances notices ID [--code C] [--since T] [--limit N] [--cursor C]\n"
+          "  instances task-events ID [--limit N] [--cursor C]\n"
+          "  instances stuck [--reason R] [--limit N] [--cursor C]   nothing can wake them\n"
           "  instances cancel ID [--reason TEXT]\n"
           "  instances terminate ID [--reason TEXT]   (admin)\n"
           "  instances retry ID --expected-version N [--step S] [--reason TEXT]\n"
@@ -229,6 +232,7 @@ static void usage(void)
           "  tasks assign ID [--assignee A]\n"
           "  tasks release ID\n"
           "  tasks complete ID [--result JSON]\n"
+          "  tasks events ID [--limit N] [--cursor C]\n"
           "  acks send ACK_GUID CONSUMER delivered|processed [--outcome ok|failed]\n"
           "            [--message M] [--error E] [--retry-at-ms MS] [--result JSON]\n"
           "  dead-letters list [--status open|replayed|discarded] [--limit N] [--cursor C]\n"
@@ -236,6 +240,9 @@ static void usage(void)
           "  dead-letters replay ID          (admin)\n"
           "  dead-letters discard ID         (admin)\n"
           "  dead-letters edit ID --payload JSON   a dead-lettered signal's new payload\n"
+          "  notices list [--instance-id ID] [--code C] [--since T] [--limit N] [--cursor C]\n"
+          "  audit list [--instance-id ID] [--actor A] [--action A] [--outcome O] [--since T]\n"
+          "             [--limit N] [--cursor C]\n"
           "  triggers send DEFINITION EXTERNAL_REF EVENT --request-id ID [--actor A]\n"
           "                [--payload JSON] [--version N]   (lifecycles)\n"
           "  retention run (--older-than-days N | --older-than-s N) [--limit N] [--dry-run true]\n"
@@ -389,6 +396,70 @@ static void human_history(const json_t *answer)
         printf("(more: --after %s)\n", next);
 }
 
+/* Prints the "next page" hint of a list answer. */
+static void print_next(const json_t *answer)
+{
+    const char *next = json_string_value(json_object_get(answer, "next_cursor"));
+    if (next != NULL)
+        printf("(more: --cursor %s)\n", next);
+}
+
+static const char *str_or(const json_t *obj, const char *key, const char *absent)
+{
+    const char *v = json_string_value(json_object_get(obj, key));
+    return v ? v : absent;
+}
+
+static void human_notices(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item)
+        printf("%-8lld  %-27s  %-22s  %-36s  %s\n",
+               (long long)json_integer_value(json_object_get(item, "id")), str_or(item, "at", ""),
+               str_or(item, "code", ""), str_or(item, "instance_id", "-"), str_or(item, "message", ""));
+    print_next(answer);
+}
+
+static void human_task_events(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item)
+        printf("%-8lld  %-27s  %-36s  %-20s  %-10s  %s\n",
+               (long long)json_integer_value(json_object_get(item, "id")), str_or(item, "at", ""),
+               str_or(item, "task_id", ""), str_or(item, "task_name", ""), str_or(item, "kind", ""),
+               str_or(item, "actor", "-"));
+    print_next(answer);
+}
+
+static void human_audit(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item) {
+        const char *on = str_or(item, "instance_id", NULL);
+        printf("%-8lld  %-27s  %-12s  %-20s  %-9s  %s\n",
+               (long long)json_integer_value(json_object_get(item, "id")), str_or(item, "at", ""),
+               str_or(item, "actor", ""), str_or(item, "action", ""), str_or(item, "outcome", ""),
+               on ? on : str_or(item, "target", "-"));
+    }
+    print_next(answer);
+}
+
+static void human_stuck(const json_t *answer)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(answer, "items"), i, item)
+        printf("%-36s  %-24s  %-8s  %-24s v%-4lld since %s\n", str_or(item, "instance_id", ""),
+               str_or(item, "reason", ""), str_or(item, "waiting_kind", "-"),
+               str_or(item, "definition", ""),
+               (long long)json_integer_value(json_object_get(item, "version")),
+               str_or(item, "since", ""));
+    print_next(answer);
+}
+
 static int cmd_instances(const ctl_t *ctl, const args_t *a)
 {
     const char *sub = a->npos > 0 ? a->pos[0] : "";
@@ -468,6 +539,26 @@ static int cmd_instances(const ctl_t *ctl, const args_t *a)
         copy_opt(a, "reason", body, "reason", 0);
         snprintf(path, sizeof path, "/v1/instances/%s/%s", a->pos[1], sub);
         return post(ctl, path, body, print_object);
+    }
+    if (strcmp(sub, "notices") == 0 && a->npos == 2) {
+        static const char *const keys[] = {"code", "code", "since", "since", "limit", "limit",
+                                           "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/instances/%s/notices%s", a->pos[1], query);
+        return run(ctl, "GET", path, NULL, human_notices);
+    }
+    if (strcmp(sub, "task-events") == 0 && a->npos == 2) {
+        static const char *const keys[] = {"limit", "limit", "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/instances/%s/task-events%s", a->pos[1], query);
+        return run(ctl, "GET", path, NULL, human_task_events);
+    }
+    if (strcmp(sub, "stuck") == 0 && a->npos == 1) {
+        static const char *const keys[] = {"reason", "reason", "limit", "limit", "cursor",
+                                           "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/instances/stuck%s", query);
+        return run(ctl, "GET", path, NULL, human_stuck);
     }
     if ((strcmp(sub, "cancel") == 0 || strcmp(sub, "terminate") == 0) && a->npos == 2) {
         json_t *body = json_object();
@@ -553,6 +644,12 @@ static int cmd_tasks(const ctl_t *ctl, const args_t *a)
         snprintf(path, sizeof path, "/v1/tasks/%s", a->pos[1]);
         return run(ctl, "GET", path, NULL, print_object);
     }
+    if (strcmp(sub, "events") == 0 && a->npos == 2) {
+        static const char *const keys[] = {"limit", "limit", "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/tasks/%s/events%s", a->pos[1], query);
+        return run(ctl, "GET", path, NULL, human_task_events);
+    }
     if ((strcmp(sub, "assign") == 0 || strcmp(sub, "release") == 0 ||
          strcmp(sub, "complete") == 0) && a->npos == 2) {
         json_t *body = json_object();
@@ -635,6 +732,29 @@ static int cmd_dead_letters(const ctl_t *ctl, const args_t *a)
     }
     usage();
     return 2;
+}
+
+/* notices list, audit list: the global read-back lists. */
+static int cmd_reads(const ctl_t *ctl, const char *group, const args_t *a)
+{
+    char path[1024], query[900];
+    if (a->npos != 1 || strcmp(a->pos[0], "list") != 0) {
+        usage();
+        return 2;
+    }
+    if (strcmp(group, "notices") == 0) {
+        static const char *const keys[] = {"instance-id", "instance_id", "code", "code", "since",
+                                           "since", "limit", "limit", "cursor", "cursor", NULL};
+        query_from_opts(a, keys, query, sizeof query);
+        snprintf(path, sizeof path, "/v1/notices%s", query);
+        return run(ctl, "GET", path, NULL, human_notices);
+    }
+    static const char *const keys[] = {"instance-id", "instance_id", "actor", "actor", "action",
+                                       "action", "outcome", "outcome", "since", "since", "limit",
+                                       "limit", "cursor", "cursor", NULL};
+    query_from_opts(a, keys, query, sizeof query);
+    snprintf(path, sizeof path, "/v1/audit%s", query);
+    return run(ctl, "GET", path, NULL, human_audit);
 }
 
 static int cmd_definitions(const ctl_t *ctl, const args_t *a)
@@ -845,6 +965,8 @@ int main(int argc, char **argv)
         rc = cmd_acks(&ctl, &a);
     else if (strcmp(group, "dead-letters") == 0)
         rc = cmd_dead_letters(&ctl, &a);
+    else if (strcmp(group, "notices") == 0 || strcmp(group, "audit") == 0)
+        rc = cmd_reads(&ctl, group, &a);
     else if (strcmp(group, "triggers") == 0)
         rc = cmd_triggers(&ctl, &a);
     else if (strcmp(group, "retention") == 0)

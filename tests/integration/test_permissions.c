@@ -32,7 +32,8 @@
 static const char *const perms[] = {
     "definitions:read", "definitions:write", "instances:read", "instances:start",
     "instances:signal", "instances:operate", "instances:terminate", "tasks:read", "tasks:act",
-    "acks:send", "dead-letters:read", "dead-letters:operate", "triggers:send", "admin",
+    "acks:send", "dead-letters:read", "dead-letters:operate", "triggers:send", "audit:read",
+    "admin",
 };
 #define NPERMS (sizeof perms / sizeof perms[0])
 
@@ -110,6 +111,14 @@ static const struct {
      "/v1/definitions/no_such_def_perm/1/pause", "{}"},
     {"POST", "/v1/definitions/{name}/{version}/resume", "instances:operate",
      "/v1/definitions/no_such_def_perm/1/resume", "{}"},
+    /* ---- readable ---- */
+    {"GET", "/v1/instances/stuck", "instances:read", "/v1/instances/stuck?limit=1", NULL},
+    {"GET", "/v1/notices", "instances:read", "/v1/notices?limit=1", NULL},
+    {"GET", "/v1/instances/{id}/notices", "instances:read", "/v1/instances/" ZERO_ID "/notices", NULL},
+    {"GET", "/v1/tasks/{id}/events", "tasks:read", "/v1/tasks/" ZERO_ID "/events", NULL},
+    {"GET", "/v1/instances/{id}/task-events", "instances:read",
+     "/v1/instances/" ZERO_ID "/task-events", NULL},
+    {"GET", "/v1/audit", "audit:read", "/v1/audit?limit=1", NULL},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 
@@ -292,6 +301,14 @@ static void test_limited_grants(void)
     snprintf(path, sizeof path, "/v1/instances?definition=%s", def_b);
     expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
     expect_answer(T_SCOPED, "GET", "/v1/instances", NULL, "instances:read");
+    /* read-back lists: an instance's own by its definition; the global ones span
+     * definitions */
+    snprintf(path, sizeof path, "/v1/instances/%s/notices", a);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);
+    snprintf(path, sizeof path, "/v1/instances/%s/task-events", b);
+    expect_answer(T_SCOPED, "GET", path, NULL, "instances:read");
+    expect_answer(T_SCOPED, "GET", "/v1/notices", NULL, "instances:read");
+    expect_answer(T_SCOPED, "GET", "/v1/instances/stuck", NULL, "instances:read");
     /* definitions by path name */
     snprintf(path, sizeof path, "/v1/definitions/%s/1", def_a);
     CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 200);

@@ -58,6 +58,7 @@ static const char *const perm_names[ST_PERM_COUNT] = {
     [ST_PERM_DEAD_LETTERS_READ] = "dead-letters:read",
     [ST_PERM_DEAD_LETTERS_OPERATE] = "dead-letters:operate",
     [ST_PERM_TRIGGERS_SEND] = "triggers:send",
+    [ST_PERM_AUDIT_READ] = "audit:read",
     [ST_PERM_ADMIN] = "admin",
 };
 
@@ -68,10 +69,11 @@ static const char *const perm_names[ST_PERM_COUNT] = {
      PERM_BIT(ST_PERM_INSTANCES_SIGNAL) | PERM_BIT(ST_PERM_INSTANCES_OPERATE) |           \
      PERM_BIT(ST_PERM_INSTANCES_TERMINATE) | PERM_BIT(ST_PERM_DEAD_LETTERS_READ) |        \
      PERM_BIT(ST_PERM_DEAD_LETTERS_OPERATE) | PERM_BIT(ST_PERM_TASKS_READ) |              \
-     PERM_BIT(ST_PERM_DEFINITIONS_READ))
+     PERM_BIT(ST_PERM_DEFINITIONS_READ) | PERM_BIT(ST_PERM_AUDIT_READ))
 #define PERMS_VIEWER                                                                      \
     (PERM_BIT(ST_PERM_DEFINITIONS_READ) | PERM_BIT(ST_PERM_INSTANCES_READ) |              \
-     PERM_BIT(ST_PERM_TASKS_READ) | PERM_BIT(ST_PERM_DEAD_LETTERS_READ))
+     PERM_BIT(ST_PERM_TASKS_READ) | PERM_BIT(ST_PERM_DEAD_LETTERS_READ) |                 \
+     PERM_BIT(ST_PERM_AUDIT_READ))
 #define PERMS_TASK_ROLE                                                                   \
     (PERM_BIT(ST_PERM_TASKS_READ) | PERM_BIT(ST_PERM_TASKS_ACT) |                         \
      PERM_BIT(ST_PERM_INSTANCES_READ))

@@ -146,6 +146,9 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_RELAY_BATCH", 500, 1, 10000, relay_batch);
     INT("STRAND_OUTBOX_RETENTION_S", 3600, 0, INT_MAX, outbox_retention_s);
     INT("STRAND_DEDUP_RETENTION_S", 7 * 86400, 3600, INT_MAX, dedup_retention_s);
+    INT("STRAND_NOTICE_RETENTION_S", 7 * 86400, 0, INT_MAX, notice_retention_s);
+    INT("STRAND_STUCK_INTERVAL_S", 60, 1, 86400, stuck_interval_s);
+    INT("STRAND_STUCK_GRACE_S", 60, 0, 86400, stuck_grace_s);
     INT("STRAND_RECOVERY_INTERVAL_S", 60, 1, 86400, recovery_interval_s);
     INT("STRAND_RECOVERY_BATCH", 10000, 1, 1000000, recovery_batch);
     INT("STRAND_RECOVERY_GRACE_S", 120, 1, 86400, recovery_grace_s);

@@ -46,6 +46,7 @@ typedef enum {
     ST_PERM_DEAD_LETTERS_READ,
     ST_PERM_DEAD_LETTERS_OPERATE,  /* replay, discard */
     ST_PERM_TRIGGERS_SEND,
+    ST_PERM_AUDIT_READ,            /* the audit log (GET /v1/audit) */
     ST_PERM_ADMIN,
     ST_PERM_COUNT
 } st_perm_t;

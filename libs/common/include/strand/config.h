@@ -40,6 +40,9 @@ typedef struct {
     int relay_batch;           /* STRAND_RELAY_BATCH: outbox rows per claim */
     int outbox_retention_s;    /* STRAND_OUTBOX_RETENTION_S: published rows kept */
     int dedup_retention_s;     /* STRAND_DEDUP_RETENTION_S: processed signal ids kept */
+    int notice_retention_s;    /* STRAND_NOTICE_RETENTION_S: notices the retention run keeps */
+    int stuck_interval_s;      /* STRAND_STUCK_INTERVAL_S: the monitor's stuck count */
+    int stuck_grace_s;         /* STRAND_STUCK_GRACE_S: no way out this long = stuck */
     int recovery_interval_s;   /* STRAND_RECOVERY_INTERVAL_S: outbox recovery sweeps */
     int recovery_batch;        /* STRAND_RECOVERY_BATCH: outbox rows examined per sweep */
     int recovery_grace_s;      /* STRAND_RECOVERY_GRACE_S: unapplied this long = lost */

@@ -1,7 +1,8 @@
 /*
  * notice.h - notices (something an operator should know) and dead letters (a message
  * that could not be processed after bounded attempts). Both are written inside the
- * caller's transaction and reach Kafka through the outbox.
+ * caller's transaction and reach Kafka through the outbox. The owner of
+ * strand.notices and strand.dead_letters.
  */
 #ifndef STRAND_NOTICE_H
 #define STRAND_NOTICE_H
@@ -12,10 +13,13 @@
 
 #include "strand/err.h"
 
-/* Adds a Notice to the outbox for the notices topic, keyed by instance id.
- * `code` is a stable name (DuplicateSignal, StaleSignal, UnknownInstance...);
- * `instance_id`, `signal_id` and `detail` may be NULL; `detail` is borrowed.
- * Expects the caller to hold an open transaction. */
+/* Adds a Notice to the outbox for the notices topic, keyed by instance id, and stores
+ * it in strand.notices (the same transaction; both statements queued, no extra round
+ * trip). `code` is a stable name (DuplicateSignal, StaleSignal, UnknownInstance...);
+ * `instance_id`, `signal_id` and `detail` may be NULL; `detail` is borrowed. Text that
+ * PostgreSQL would refuse (bytes that are not UTF-8, a \u0000 escape) is stored
+ * replaced, never failing the caller's transaction. An instance id that is no UUID is
+ * stored as NULL. Expects the caller to hold an open transaction. */
 st_err_t st_notice_add_tx(PGconn *conn, const char *code, const char *instance_id,
                           const char *signal_id, const char *message, const json_t *detail,
                           st_errbuf_t *eb);
@@ -69,5 +73,11 @@ st_err_t st_dead_letter_set_payload_tx(PGconn *conn, const char *id, const void 
 #define ST_DEAD_LETTER_PURGE_SQL(letters, dry)                                             \
     "DELETE FROM strand.dead_letters d USING " letters " l WHERE NOT " dry                 \
     " AND d.id = l.id RETURNING 1"
+
+/* The retention run's part for notices, as for dead letters: deletes the notices in
+ * the CTE named `notices` (column id) unless `dry`. SQL text literals. */
+#define ST_NOTICE_PURGE_SQL(notices, dry)                                                   \
+    "DELETE FROM strand.notices n USING " notices " a WHERE NOT " dry                       \
+    " AND n.id = a.id RETURNING 1"
 
 #endif
