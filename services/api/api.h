@@ -111,6 +111,9 @@ void st_api_acks_register(st_api_t *api);
 void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 void st_api_retention_register(st_api_t *api);
+/* The web console (console.c): /ui/ and the reads it needs (whoami, overview,
+ * instance counts, an instance's family). */
+void st_api_console_register(st_api_t *api);
 /* A process's RPCs (rpc.c): POST /v1/instances/{id}/rpc/{name}. */
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,

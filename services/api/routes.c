@@ -17,4 +17,5 @@ void st_api_register_routes(st_api_t *api)
     st_api_triggers_register(api);
     st_api_retention_register(api);
     st_api_rpc_register(api);
+    st_api_console_register(api);
 }
