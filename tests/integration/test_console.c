@@ -3,8 +3,8 @@
  * Debian's chromium, headless, driven by puppeteer-core (web/test/console.test.mjs)
  * against the real services on the real stack.
  *
- * This program starts the services with three principals (an admin, an approver that
- * holds only a task role, and "nobody" with no role), imports the definitions, makes
+ * This program starts the services with four principals (an admin, an approver that
+ * holds only a task role, "nobody" with no role, and a viewer), imports the definitions, makes
  * the data the scenarios need (a dead letter, 50 waiting instances), then runs the
  * browser script, which reports each scenario as passed or failed and writes a
  * screenshot of each page. A scenario whose route the tree does not serve yet fails
@@ -23,6 +23,7 @@
 #define T_ADMIN "console-admin-token-0123456789"
 #define T_APPROVER "console-approver-token-0123456789"
 #define T_NOBODY "console-nobody-token-0123456789"
+#define T_VIEWER "console-viewer-token-0123456789"
 #define N_BULK 50
 
 static char task_flow[64], bulk_flow[64], dl_flow[64];
@@ -38,8 +39,9 @@ static void test_start(void)
     fprintf(f, "{\"tokens\": ["
                "{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]},"
                "{\"token\": \"%s\", \"principal\": \"alice\", \"roles\": [\"approver\"]},"
-               "{\"token\": \"%s\", \"principal\": \"nobody\", \"roles\": []}]}",
-            T_ADMIN, T_APPROVER, T_NOBODY);
+               "{\"token\": \"%s\", \"principal\": \"nobody\", \"roles\": []},"
+               "{\"token\": \"%s\", \"principal\": \"vera\", \"roles\": [\"viewer\"]}]}",
+            T_ADMIN, T_APPROVER, T_NOBODY, T_VIEWER);
     fclose(f);
     setenv("STRAND_AUTH_FILE", path, 1);
     CU_ASSERT_FATAL(it_start_all(90));
@@ -183,11 +185,11 @@ static void test_browser(void)
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "STRAND_UI_URL=http://127.0.0.1:%d STRAND_UI_ADMIN_TOKEN=%s STRAND_UI_APPROVER_TOKEN=%s"
-             " STRAND_UI_NOBODY_TOKEN=%s STRAND_UI_TASK_FLOW=%s STRAND_UI_BULK_FLOW=%s"
+             " STRAND_UI_NOBODY_TOKEN=%s STRAND_UI_VIEWER_TOKEN=%s STRAND_UI_TASK_FLOW=%s STRAND_UI_BULK_FLOW=%s"
              " STRAND_UI_BULK_COUNT=%d STRAND_UI_DEAD_LETTER=%lld STRAND_UI_DL_INSTANCE=%s"
              " STRAND_UI_TASK_INSTANCE=%s STRAND_UI_SCREENSHOTS=%s/console-screenshots"
              " timeout -k 10 420 node %s/web/test/console.test.mjs",
-             it_port(IT_API), T_ADMIN, T_APPROVER, T_NOBODY, task_flow, bulk_flow, N_BULK,
+             it_port(IT_API), T_ADMIN, T_APPROVER, T_NOBODY, T_VIEWER, task_flow, bulk_flow, N_BULK,
              dead_letter_id, dl_instance, task_instance, logs ? logs : "/tmp", src ? src : ".");
     fflush(stdout);
     int rc = system(cmd);

@@ -13,7 +13,7 @@ const env = (k) => {
   return process.env[k];
 };
 const BASE = env('STRAND_UI_URL');
-const T = { admin: env('STRAND_UI_ADMIN_TOKEN'), approver: env('STRAND_UI_APPROVER_TOKEN'), nobody: env('STRAND_UI_NOBODY_TOKEN') };
+const T = { admin: env('STRAND_UI_ADMIN_TOKEN'), approver: env('STRAND_UI_APPROVER_TOKEN'), nobody: env('STRAND_UI_NOBODY_TOKEN'), viewer: env('STRAND_UI_VIEWER_TOKEN') };
 const TASK_FLOW = env('STRAND_UI_TASK_FLOW');
 const BULK_FLOW = env('STRAND_UI_BULK_FLOW');
 const BULK_N = Number(env('STRAND_UI_BULK_COUNT'));
@@ -59,8 +59,8 @@ const external = [];
 page.on('request', (r) => { const u = r.url(); if (!u.startsWith(BASE) && !u.startsWith('data:') && !u.startsWith('blob:')) external.push(u); });
 page.on('pageerror', (e) => console.log('page error:', e.message));
 
-async function shot(name) {
-  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+async function shot(name, fullPage = true) {
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage });
 }
 // axe-core on the page as it is: WCAG 2 A and AA rules; violations fail the scenario.
 async function axe(name) {
@@ -242,6 +242,7 @@ await scenario(`bulk-cancel ${BULK_N} instances and watch the progress reach ${B
   await page.click('#bulk-run');
   await page.waitForSelector('dialog[open]');
   await axe('bulk confirmation');
+  await shot('instances-bulk-confirm', false);
   await confirmDialog();
   const seen = new Set();
   const until = Date.now() + 120000;
@@ -266,7 +267,7 @@ await scenario(`bulk-cancel ${BULK_N} instances and watch the progress reach ${B
   check((counts.data.counts || {}).cancelled === BULK_N, 'cancelled: ' + JSON.stringify(counts.data));
 }, 180000);
 
-await scenario('a principal without a role sees no admin action and gets 403 when it forces one', async () => {
+await scenario('a principal without a role (and a viewer) sees no admin action and gets 403 when it forces one', async () => {
   await signIn('nobody');
   await go(`/ui/instances/${TASK_INSTANCE}`);
   await page.waitForSelector('h1');
@@ -285,6 +286,20 @@ await scenario('a principal without a role sees no admin action and gets 403 whe
     const r = await apiCall('nobody', m, p, b);
     check(r.status === 403, `${m} ${p} answered ${r.status} to nobody`);
   }
+  // a viewer reads everything and may change nothing: it sees the pages, not the actions
+  await signIn('viewer');
+  await go(`/ui/instances/${TASK_INSTANCE}`);
+  await page.waitForSelector('#diagram svg');
+  check((await page.$$('button[data-verb]')).length === 0, 'verbs are shown to a viewer');
+  await shot('viewer');
+  await go('/ui/instances');
+  await page.waitForSelector('table.list tbody tr');
+  check((await page.$('#bulk-run')) === null, 'the bulk action is shown to a viewer');
+  await go(`/ui/definitions/${TASK_FLOW}/1`);
+  await page.waitForSelector('.diagram svg');
+  check((await page.$('#start-submit')) === null, 'starting is offered to a viewer');
+  const forced = await apiCall('viewer', 'POST', `/v1/instances/${TASK_INSTANCE}/cancel`, {});
+  check(forced.status === 403, `a forced cancel answered ${forced.status} to a viewer`);
   const still = await apiCall('admin', 'GET', `/v1/instances/${TASK_INSTANCE}`);
   check(still.data.status === 'waiting', 'the forced cancel changed the instance: ' + still.data.status);
 });

@@ -67,7 +67,7 @@ export function Definition({ name, version }) {
       <label for="diff-with">Show the changes from version</label>
       <select id="diff-with" value=${other} onChange=${(e) => setOther(e.target.value)}>
         <option value="">choose…</option>${versions.filter((v) => v !== def.version).map((v) => html`<option value=${v}>v${v}</option>`)}</select>
-      ${diff && (diff.error ? html`<${ErrorBox} error=${diff.error} />` : html`<pre class="diff" tabindex="0" aria-label=${`Changes from v${other} to v${def.version}`}>${diff.rows.map((r) => html`<span class=${r.op === '+' ? 'add' : r.op === '-' ? 'del' : ''}>${r.op} ${r.line}\n</span>`)}</pre>`)}
+      ${diff && (diff.error ? html`<${ErrorBox} error=${diff.error} />` : html`<pre class="diff" tabindex="0" aria-label=${`Changes from v${other} to v${def.version}`}>${diff.rows.map((r) => html`<span class=${r.op === '+' ? 'add' : r.op === '-' ? 'del' : ''}>${r.op} ${r.line}</span>`)}</pre>`)}
     </section>`;
 }
 
