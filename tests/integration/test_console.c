@@ -73,7 +73,7 @@ static void test_start(void)
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"hold\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
-             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"go\":\"state.go\"}}]}", dl_flow);
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"go\":\"state.go.go\"}}]}", dl_flow);
     CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
 
     /* an instance waiting on the approver's task (for the nobody principal's checks) */
