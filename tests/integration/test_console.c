@@ -92,7 +92,7 @@ static void test_start(void)
              " AND status = 'waiting'", bulk_flow);
     CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, N_BULK, 120), N_BULK);
 
-    /* A dead letter: a signal whose payload is not JSON, for an instance waiting for it,
+    /* A dead letter: a signal with a wrong payload, for an instance waiting for it,
      * as the executor stores one (the message itself, its topic, the reason). Made here
      * rather than by making the executor fail three times: the console reads and
      * repairs it, which is what is tested. */
@@ -112,8 +112,11 @@ static void test_start(void)
     sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
     sig.expected_version = -1;
     sig.name = "go";
-    sig.payload.data = (uint8_t *)"{\"go\": tru";
-    sig.payload.len = strlen("{\"go\": tru");
+    /* a JSON object, as repair's PUT .../payload edits only those (a payload that is not
+     * JSON cannot be edited there) */
+    static const char bad_payload[] = "{\"go\": \"tru\"}";
+    sig.payload.data = (uint8_t *)bad_payload;
+    sig.payload.len = strlen(bad_payload);
     uint8_t buf[512];
     size_t len = strand__v1__signal__pack(&sig, buf);
     char hex[1100];

@@ -135,6 +135,11 @@ await scenario('sign in', async () => {
   await page.waitForSelector('.cards');
   await axe('overview');
   await shot('overview');
+  await page.click('a[href="/ui/instances?stuck=1"]');
+  await page.waitForFunction(() => document.querySelector('h1') && document.querySelector('h1').textContent === 'Stuck instances');
+  await page.waitForFunction(() => document.querySelector('table.list tbody tr') || document.querySelector('.error') || /No instance is stuck/.test(document.body.textContent));
+  await axe('stuck instances');
+  await shot('stuck');
 });
 
 await scenario('start an instance from a definition', async () => {

@@ -25,8 +25,34 @@ const fromIso = (v) => {
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
 };
 
+// Instances waiting on something that cannot arrive, or whose last wake-up failed
+// (GET /v1/instances/stuck), linked from the overview.
+function Stuck() {
+  const [list, page] = usePaged(async (cursor) => {
+    const r = await api('GET', '/v1/instances/stuck' + qs({ limit: 100, cursor }));
+    return r.ok ? { ok: true, items: r.data.items, next: r.data.next_cursor } : { ok: false, error: problemText(r) };
+  }, []);
+  return html`<h1>Stuck instances</h1>
+    <p><a href="/ui/instances">All instances</a></p>
+    <${ErrorBox} error=${list.error} />
+    <table class="list">
+      <caption class="sr-only">Stuck instances</caption>
+      <thead><tr><th scope="col">Instance</th><th scope="col">Definition</th><th scope="col">Status</th><th scope="col">Reason</th><th scope="col">Waits for</th><th scope="col">Since</th></tr></thead>
+      <tbody>${list.items.map((i) => html`<tr>
+        <td><a class="mono" href=${'/ui/instances/' + i.instance_id}>${i.instance_id}</a></td>
+        <td>${i.definition} v${i.version}</td><td><${Status} status=${i.status} /></td><td>${i.reason}</td>
+        <td>${i.waiting_kind || '—'}</td><td><${Time} at=${i.since} /></td></tr>`)}</tbody>
+    </table>
+    ${!list.loading && list.items.length === 0 && !list.error && html`<p>No instance is stuck.</p>`}
+    <${Pager} cursors=${list.cursors} next=${list.next} onPage=${page} />`;
+}
+
 export function Instances() {
   const loc = useLocation();
+  return loc.query.get('stuck') ? html`<${Stuck} />` : html`<${InstanceList} loc=${loc} />`;
+}
+
+function InstanceList({ loc }) {
   const filter = {};
   for (const k of FILTERS) if (loc.query.get(k)) filter[k] = loc.query.get(k);
   const key = JSON.stringify(filter);
@@ -35,12 +61,15 @@ export function Instances() {
   const [counts, setCounts] = useState(null);
   const [selected, setSelected] = useState(new Set());
   const [allMatching, setAllMatching] = useState(false);
+  const loadCounts = () => {
+    const { status, ...rest } = filter;
+    api('GET', '/v1/instance-counts' + qs(rest)).then((r) => setCounts(r.ok ? r.data : { error: problemText(r) }));
+  };
   useEffect(() => {
     setForm(filter);
     setSelected(new Set());
     setAllMatching(false);
-    const { status, ...rest } = filter;
-    api('GET', '/v1/instance-counts' + qs(rest)).then((r) => setCounts(r.ok ? r.data : { error: problemText(r) }));
+    loadCounts();
   }, [key]);
   useEffect(() => {
     api('GET', '/v1/definitions?limit=500').then((r) => r.ok && setDefs([...new Set(r.data.items.map((d) => d.name))]));
@@ -83,7 +112,7 @@ export function Instances() {
         <li><a href=${'/ui/instances' + qs({ ...filter, status: '' })} aria-current=${!filter.status ? 'true' : undefined}>all <strong>${counts.total}</strong></a></li>
         ${Object.entries(counts.counts).map(([s, n]) => html`<li><a href=${'/ui/instances' + qs({ ...filter, status: s })} aria-current=${filter.status === s ? 'true' : undefined}><${Status} status=${s} /> <strong>${n}</strong></a></li>`)}
       </ul>`)}
-    <${BulkBar} filter=${filter} selected=${selected} allMatching=${allMatching} nSelected=${nSelected} onDone=${() => { setSelected(new Set()); setAllMatching(false); reload(); }} />
+    <${BulkBar} filter=${filter} selected=${selected} allMatching=${allMatching} nSelected=${nSelected} onDone=${() => { setSelected(new Set()); setAllMatching(false); reload(); loadCounts(); }} />
     ${allOnPage && !allMatching && matchTotal > 0 && html`<p class="select-all">All ${pageIds.length} on this page are selected. <button type="button" id="select-all-matching" onClick=${() => setAllMatching(true)}>Select all ${matchTotal} matching</button></p>`}
     ${allMatching && html`<p class="select-all" role="status">All ${matchTotal} matching instances are selected. <button type="button" onClick=${() => { setAllMatching(false); setSelected(new Set()); }}>Clear selection</button></p>`}
     <${ErrorBox} error=${list.error} />
