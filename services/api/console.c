@@ -61,6 +61,8 @@ static void handle_ui(st_http_req_t *req, void *ctx)
         last = seg;
     }
     const st_ui_asset_t *asset = path[0] != '\0' ? ui_asset(path) : NULL;
+    if (asset != NULL && strcmp(asset->type, "gzip") == 0)
+        asset = NULL;   /* the .gz twins are sent for their originals, not by name */
     int is_index = asset == NULL || strcmp(asset->path, "index.html") == 0;
     if (asset == NULL && strchr(last, '.') != NULL) {
         st_http_reply_problem(req, 404, "not_found", "no such file in the console", NULL,
@@ -81,6 +83,19 @@ static void handle_ui(st_http_req_t *req, void *ctx)
     /* index.html names its script and style by content hash: they never change */
     st_http_add_header(req, "Cache-Control",
                        is_index ? "no-cache" : "public, max-age=31536000, immutable");
+    /* the gzipped twin, to a client that takes gzip (every browser) */
+    const char *accept = st_http_header(req, "Accept-Encoding");
+    char gz_path[600];
+    snprintf(gz_path, sizeof gz_path, "%s.gz", asset->path);
+    const char *offer = accept != NULL ? strstr(accept, "gzip") : NULL;
+    const st_ui_asset_t *gz = offer != NULL && strncmp(offer, "gzip;q=0", 8) != 0
+                                  ? ui_asset(gz_path) : NULL;
+    st_http_add_header(req, "Vary", "Accept-Encoding");
+    if (gz != NULL) {
+        st_http_add_header(req, "Content-Encoding", "gzip");
+        st_http_reply_bytes(req, 200, asset->type, gz->data, gz->len);
+        return;
+    }
     st_http_reply_bytes(req, 200, asset->type, asset->data, asset->len);
 }
 

@@ -126,6 +126,7 @@ await scenario('sign in', async () => {
   const res = await page.goto(BASE + '/ui/', { waitUntil: 'networkidle0' });
   const csp = res.headers()['content-security-policy'] || '';
   check(csp.includes("default-src 'none'") && csp.includes("script-src 'self'"), 'no strict Content-Security-Policy: ' + csp);
+  check(res.headers()['content-encoding'] === 'gzip', 'the page was not sent gzipped to a browser that takes gzip');
   await page.waitForSelector('#token');
   await axe('sign-in');
   await shot('sign-in');
