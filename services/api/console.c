@@ -127,7 +127,9 @@ static void handle_whoami(st_http_req_t *req, void *ctx)
                                  "permissions", perms, "limited", limited));
 }
 
-/* Runs `sql` (one row, one JSON text column) and answers with that document. */
+/* Runs `sql` (one row, one JSON text column) and answers with that document; no row
+ * is 404 (an instance that does not exist). A parameter PostgreSQL cannot read as its
+ * type (a time like 2026-02-30) is 400 invalid_time: only times are cast here. */
 static void reply_json_query(st_api_t *api, st_http_req_t *req, const char *sql, int nparams,
                              const char *const *params)
 {
@@ -137,6 +139,11 @@ static void reply_json_query(st_api_t *api, st_http_req_t *req, const char *sql,
     st_errbuf_t eb;
     PGresult *res = NULL;
     st_err_t err = st_pg_exec(conn, sql, nparams, params, &res, &eb);
+    if (err == ST_ERR_INVALID) {
+        st_http_reply_problem(req, 400, "invalid_time",
+                              "created_after and created_before take ISO 8601 times", NULL, NULL);
+        return;
+    }
     if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
         return;

@@ -173,6 +173,12 @@ static void test_routes(void)
                     N_BULK);
     json_decref(a);
     CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", "/v1/instance-counts?version=x", NULL, NULL), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", "/v1/instance-counts?created_after=2026-02-30",
+                           NULL, NULL), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", "/v1/instance-counts?created_before=yesterday",
+                           NULL, NULL), 400);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET",
+                           "/v1/instance-counts?created_after=2026-01-01T00:00:00Z", NULL, NULL), 200);
     snprintf(path, sizeof path, "/v1/instances/%s/family", task_instance);
     CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, &a), 200);
     CU_ASSERT_TRUE(json_is_null(json_object_get(a, "parent")));
