@@ -13,7 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   libgraphviz-dev
   golang-go python3-venv python3-yaml
-  nodejs npm chromium
+  nodejs npm chromium fonts-liberation
 )
 
 missing=()
