@@ -159,8 +159,13 @@ static void handle_get(st_http_req_t *req, void *ctx)
     /* the result_schema of the step that waits for it (null: none, or no step waits),
      * so that a client (the console) can build the completion form */
     json_t *schema = NULL;
-    if (st_pg_exec(conn, sql_task_result_schema, 1, params, &res, &eb) == ST_OK &&
-        PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+    res = NULL;
+    if ((err = st_pg_exec(conn, sql_task_result_schema, 1, params, &res, &eb)) != ST_OK) {
+        json_decref(item);
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
         schema = json_loads(PQgetvalue(res, 0, 0), 0, &jerr);
     PQclear(res);
     json_object_set_new(item, "result_schema", schema ? schema : json_null());
