@@ -29,7 +29,7 @@ fi
 if command -v mvn >/dev/null; then missing=("${missing[@]/maven}"); fi
 # The web console (web/) builds with any Node.js >= 18 and npm; ones installed another
 # way (e.g. NodeSource's nodejs, which bundles npm) are as good as Debian's.
-if command -v node >/dev/null && node -e 'process.exit(+process.versions.node.split(".")[0] < 18)'; then
+if command -v node >/dev/null && node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)'; then
   missing=("${missing[@]/nodejs}")
   if command -v npm >/dev/null; then missing=("${missing[@]/npm}"); fi
 fi
