@@ -143,6 +143,21 @@ await scenario('sign in', async () => {
   await shot('stuck');
 });
 
+await scenario('keyboard: the skip link, then the main menu, without a mouse', async () => {
+  await go('/ui/');
+  await page.waitForSelector('#principal');
+  await page.keyboard.press('Tab');
+  const first = await page.evaluate(() => document.activeElement.textContent);
+  check(first === 'Skip to content', 'the first Tab stop is ' + first);
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Tab');
+  const third = await page.evaluate(() => document.activeElement.textContent);
+  check(third === 'Instances', 'the third Tab stop is ' + third);
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => location.pathname === '/ui/instances');
+  await page.waitForSelector('#f-definition');
+});
+
 await scenario('start an instance from a definition', async () => {
   await go('/ui/definitions');
   await page.waitForSelector(`a[href="/ui/definitions/${TASK_FLOW}/1"]`);
