@@ -14,7 +14,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config git ca-certificates \
       librdkafka-dev libpq-dev libhiredis-dev libprotobuf-c-dev protobuf-c-compiler \
       libevent-dev libcunit1-dev libjansson-dev libcurl4-openssl-dev uuid-dev libssl-dev \
-      libgraphviz-dev \
+      libgraphviz-dev nodejs npm \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

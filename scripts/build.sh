@@ -16,6 +16,12 @@ case "$flavour" in
   fuzzcov) dir=$repo/build-fuzzcov; opts=(-DCMAKE_BUILD_TYPE=Debug -DSTRAND_FUZZ=ON -DSTRAND_FUZZ_COVERAGE=ON -DCMAKE_C_COMPILER=clang) ;;
   *) echo "usage: $0 [release|asan|fuzz|fuzzcov]" >&2; exit 2 ;;
 esac
+# The web console's pinned packages (web/package-lock.json), installed once and again
+# whenever the lock file changes; strand-api's build bundles and embeds the console.
+if [ ! -f "$repo/web/node_modules/.package-lock.json" ] ||
+   [ "$repo/web/package-lock.json" -nt "$repo/web/node_modules/.package-lock.json" ]; then
+  (cd "$repo/web" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 if [ ! -f "$dir/CMakeCache.txt" ]; then
   cmake -S "$repo" -B "$dir" "${gen[@]}" "${opts[@]}" >/dev/null
 fi

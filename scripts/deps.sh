@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   libgraphviz-dev
   golang-go python3-venv python3-yaml
+  nodejs npm chromium fonts-liberation
 )
 
 missing=()
@@ -26,6 +27,12 @@ if command -v java >/dev/null && java -version 2>&1 | grep -qE 'version "(1[7-9]
   missing=("${missing[@]/openjdk-17-jre-headless}")
 fi
 if command -v mvn >/dev/null; then missing=("${missing[@]/maven}"); fi
+# The web console (web/) builds with any Node.js >= 18 and npm; ones installed another
+# way (e.g. NodeSource's nodejs, which bundles npm) are as good as Debian's.
+if command -v node >/dev/null && node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)'; then
+  missing=("${missing[@]/nodejs}")
+  if command -v npm >/dev/null; then missing=("${missing[@]/npm}"); fi
+fi
 # scripts/check_deploy.sh builds kustomize with any Go >= 1.19 and needs a python3
 # with venv and PyYAML; ones installed another way (e.g. /usr/local/go) are as good.
 if command -v go >/dev/null; then missing=("${missing[@]/golang-go}"); fi

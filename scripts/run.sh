@@ -89,6 +89,7 @@ case "${1:-start}" in
 
 Strand is running.
   API        $STRAND_API_URL   (try: $ctl instances list)
+  console    $STRAND_API_URL/ui/   (a web browser; authentication is off here)
   metrics    http://127.0.0.1:{8080,8081,8082,8083}/metrics
   health     /healthz and /readyz on the same ports
   logs       $dir/logs/{api,executor,scheduler,monitor}.log (JSON lines), stack logs beside them

@@ -132,6 +132,9 @@ void st_cmd_fire_timer(PGconn *conn, const st_principal_t *who, const char *id, 
                        st_answer_t *out);
 void st_cmd_skip_wait(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                       st_answer_t *out);
+/* The web console (console.c): /ui/ and the reads it needs (whoami, overview,
+ * instance counts, an instance's family). */
+void st_api_console_register(st_api_t *api);
 /* A process's RPCs (rpc.c): POST /v1/instances/{id}/rpc/{name}. */
 void st_api_rpc_register(st_api_t *api);
 void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const char *name,

@@ -79,6 +79,16 @@ static const st_perm_rule_t route_rules[] = {
     RULE("GET", "/v1/tasks/{id}/events", TASKS_READ, TASK),
     RULE("GET", "/v1/instances/{id}/task-events", INSTANCES_READ, INSTANCE),
     RULE("GET", "/v1/audit", AUDIT_READ, NONE),
+    /* the web console (console.c): static pages, and what it reads */
+    RULE("GET", "/ui", ADMIN, PUBLIC),
+    RULE("GET", "/ui/{p1}", ADMIN, PUBLIC),
+    RULE("GET", "/ui/{p1}/{p2}", ADMIN, PUBLIC),
+    RULE("GET", "/ui/{p1}/{p2}/{p3}", ADMIN, PUBLIC),
+    RULE("GET", "/ui/{p1}/{p2}/{p3}/{p4}", ADMIN, PUBLIC),
+    RULE("GET", "/v1/whoami", ADMIN, SELF),
+    RULE("GET", "/v1/overview", INSTANCES_READ, NONE),
+    RULE("GET", "/v1/instance-counts", INSTANCES_READ, QUERY_DEFINITION),
+    RULE("GET", "/v1/instances/{id}/family", INSTANCES_READ, INSTANCE),
 };
 
 /* The ingress commands, indexed by strand.v1.CommandType; the same rules as the
@@ -199,6 +209,7 @@ static int decide_limited(PGconn *conn, const st_principal_t *who, const st_perm
     char looked_up[256];
     switch (rule->target) {
     case ST_TARGET_PUBLIC:
+    case ST_TARGET_SELF:
     case ST_TARGET_ANY:
         return 1;
     case ST_TARGET_NONE:
@@ -240,7 +251,8 @@ int st_api_authorize(st_api_t *api, st_http_req_t *req)
 {
     const st_perm_rule_t *rule = st_perm_route_rule(st_http_req_method(req), st_http_req_route(req));
     st_holds_t holds = rule ? st_principal_holds(&api->current, rule->perm) : ST_HOLDS_NONE;
-    if (rule != NULL && (rule->target == ST_TARGET_PUBLIC || holds == ST_HOLDS_ALL))
+    if (rule != NULL && (rule->target == ST_TARGET_PUBLIC || rule->target == ST_TARGET_SELF ||
+                         holds == ST_HOLDS_ALL))
         return 1;
     st_answer_t answer = {0};
     if (holds == ST_HOLDS_NONE) {

@@ -20,6 +20,8 @@
 /* Where a request names the definition (or consumer) a limited grant is checked on. */
 typedef enum {
     ST_TARGET_PUBLIC,           /* no token needed (health, metrics, the OpenAPI document) */
+    ST_TARGET_SELF,             /* any authenticated caller, about itself (whoami); the
+                                   rule's permission is not checked */
     ST_TARGET_ANY,              /* reveals no definition's data: any grant of the permission */
     ST_TARGET_NONE,             /* spans definitions (lists, dead letters): an unlimited grant */
     ST_TARGET_PATH_NAME,        /* the {name} path parameter */

@@ -21,4 +21,5 @@ void st_api_register_routes(st_api_t *api)
     st_api_batches_register(api);
     st_api_repair_register(api);
     st_api_pause_register(api);
+    st_api_console_register(api);
 }

@@ -156,6 +156,19 @@ static void handle_get(st_http_req_t *req, void *ctx)
     json_object_set_new(item, "payload", payload ? payload : json_object());
     json_object_set_new(item, "completed_at", st_api_time_json(res, 0, 10));
     PQclear(res);
+    /* the result_schema of the step that waits for it (null: none, or no step waits),
+     * so that a client (the console) can build the completion form */
+    json_t *schema = NULL;
+    res = NULL;
+    if ((err = st_pg_exec(conn, sql_task_result_schema, 1, params, &res, &eb)) != ST_OK) {
+        json_decref(item);
+        st_api_reply_error(req, err, &eb);
+        return;
+    }
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        schema = json_loads(PQgetvalue(res, 0, 0), 0, &jerr);
+    PQclear(res);
+    json_object_set_new(item, "result_schema", schema ? schema : json_null());
     st_http_reply_json(req, 200, item);
 }
 

@@ -119,6 +119,16 @@ static const struct {
     {"GET", "/v1/instances/{id}/task-events", "instances:read",
      "/v1/instances/" ZERO_ID "/task-events", NULL},
     {"GET", "/v1/audit", "audit:read", "/v1/audit?limit=1", NULL},
+    /* ---- console (issue 19): the web console's static pages and its reads ---- */
+    {"GET", "/ui", NULL, "/ui/", NULL},
+    {"GET", "/ui/{p1}", NULL, "/ui/instances", NULL},
+    {"GET", "/ui/{p1}/{p2}", NULL, "/ui/instances/" ZERO_ID, NULL},
+    {"GET", "/ui/{p1}/{p2}/{p3}", NULL, "/ui/definitions/no_such_def_perm/1", NULL},
+    {"GET", "/ui/{p1}/{p2}/{p3}/{p4}", NULL, "/ui/a/b/c/d", NULL},
+    {"GET", "/v1/whoami", NULL, "/v1/whoami", NULL},
+    {"GET", "/v1/overview", "instances:read", "/v1/overview", NULL},
+    {"GET", "/v1/instance-counts", "instances:read", "/v1/instance-counts", NULL},
+    {"GET", "/v1/instances/{id}/family", "instances:read", "/v1/instances/" ZERO_ID "/family", NULL},
 };
 #define NEXPECT (sizeof expect / sizeof expect[0])
 

@@ -571,6 +571,18 @@ static void reply_empty(st_http_req_t *req, int status)
     reply(req, status, NULL, "", 0);
 }
 
+void st_http_add_header(st_http_req_t *req, const char *name, const char *value)
+{
+    if (req->status == 0 && !(req->on_heap && req->gone))
+        evhttp_add_header(evhttp_request_get_output_headers(req->ev), name, value);
+}
+
+void st_http_reply_bytes(st_http_req_t *req, int status, const char *content_type,
+                         const void *data, size_t len)
+{
+    reply(req, status, content_type, data, len);
+}
+
 void st_http_reply_text(st_http_req_t *req, int status, const char *content_type,
                         const char *text)
 {

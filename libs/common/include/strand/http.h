@@ -99,6 +99,12 @@ json_t *st_http_body_object(st_http_req_t *req);
 st_http_req_t *st_http_defer(st_http_req_t *req);
 int st_http_req_gone(const st_http_req_t *req);
 
+/* Adds a response header (Cache-Control, Content-Security-Policy, ...) to the answer
+ * the handler is about to send; call before st_http_reply_*. Both strings are copied. */
+void st_http_add_header(st_http_req_t *req, const char *name, const char *value);
+/* Answers with `len` bytes of `data` (copied), which need not be text. */
+void st_http_reply_bytes(st_http_req_t *req, int status, const char *content_type,
+                         const void *data, size_t len);
 /* Answers with `body` as JSON. Steals the reference to `body`. */
 void st_http_reply_json(st_http_req_t *req, int status, json_t *body);
 /* Answers with a text body (copied). */
