@@ -28,6 +28,7 @@ static const char *const sql_definition_list =
     "SELECT name, version, kind, created_at FROM strand.definitions"
     " WHERE ($1::text IS NULL OR (name, version) > ($1::text, $2::int))"
     "   AND ($4::text IS NULL OR kind = $4)"
+    "   AND ($5::text IS NULL OR starts_with(name, $5))"
     " ORDER BY name, version LIMIT $3::int";
 static const char *const sql_definition_get =
     "SELECT name, version, kind, source::text, canonical::text, created_at"
@@ -202,7 +203,7 @@ static void handle_import(st_http_req_t *req, void *ctx)
     st_defn_free(defn);
 }
 
-/* GET /v1/definitions?kind=&limit=&cursor=: by name and version; the cursor is
+/* GET /v1/definitions?kind=&name_prefix=&limit=&cursor=: by name and version; the cursor is
  * "<version>:<name>" of the last item of the previous page. */
 static void handle_list(st_http_req_t *req, void *ctx)
 {
@@ -215,6 +216,7 @@ static void handle_list(st_http_req_t *req, void *ctx)
     }
     const char *cursor = st_http_query(req, "cursor");
     const char *kind = st_http_query(req, "kind");
+    const char *name_prefix = st_http_query(req, "name_prefix");
     char cursor_version[16] = "";
     const char *cursor_name = NULL;
     if (cursor != NULL) {
@@ -237,10 +239,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
         return;
     char limit_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *params[] = {cursor_name, cursor_name ? cursor_version : NULL, limit_text, kind};
+    const char *params[] = {cursor_name, cursor_name ? cursor_version : NULL, limit_text, kind,
+                            name_prefix != NULL && name_prefix[0] != '\0' ? name_prefix : NULL};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_definition_list, 4, params, &res, &eb);
+    st_err_t err = st_pg_exec(conn, sql_definition_list, 5, params, &res, &eb);
     if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
         return;

@@ -2,15 +2,27 @@
 // between two versions, and starting an instance of it.
 import { useEffect, useState } from 'preact/hooks';
 import { api, qs, problemText } from '../api.js';
-import { html, ErrorBox, Time, Pager, usePaged, navigate, can } from '../ui.js';
+import { html, ErrorBox, Time, Pager, usePaged, navigate, can, useLocation } from '../ui.js';
 import { diffLines } from '../diff.js';
 
 export function Definitions() {
+  const loc = useLocation();
+  const name = loc.query.get('name') || '';
+  const [form, setForm] = useState(name);
+  useEffect(() => setForm(name), [name]);
   const [list, page] = usePaged(async (cursor) => {
-    const r = await api('GET', '/v1/definitions' + qs({ limit: 100, cursor }));
+    const r = await api('GET', '/v1/definitions' + qs({ name_prefix: name, limit: 100, cursor }));
     return r.ok ? { ok: true, items: r.data.items, next: r.data.next_cursor } : { ok: false, error: problemText(r) };
-  }, []);
+  }, [name]);
+  const apply = (e) => {
+    e.preventDefault();
+    navigate('/ui/definitions' + qs({ name: form.trim() }));
+  };
   return html`<h1>Definitions</h1>
+    <form class="filters" onSubmit=${apply} aria-label="Filter definitions">
+      <div><label for="f-name">Name starts with</label><input id="f-name" name="name" value=${form} onInput=${(e) => setForm(e.target.value)} /></div>
+      <div class="filter-buttons"><button type="submit">Filter</button> <a href="/ui/definitions">Clear</a></div>
+    </form>
     <${ErrorBox} error=${list.error} />
     <table class="list">
       <caption class="sr-only">Definitions by name and version</caption>
@@ -39,7 +51,7 @@ export function Definition({ name, version }) {
       const r = await api('GET', path);
       if (!r.ok) { setError(problemText(r)); return; }
       setDef(r.data);
-      const all = await api('GET', '/v1/definitions?limit=500');
+      const all = await api('GET', '/v1/definitions' + qs({ name_prefix: name, limit: 500 }));
       if (all.ok) setVersions(all.data.items.filter((d) => d.name === name).map((d) => d.version));
       const s = await api('GET', `/v1/definitions/${encodeURIComponent(name)}/${r.data.version}/diagram.svg`, undefined, { text: true });
       setSvg(s.ok ? { svg: s.data.replace(/<\?xml[^>]*>/, '').replace(/<!DOCTYPE[^>]*>/, '') } : { error: problemText(s) });
