@@ -66,7 +66,7 @@ static st_err_t reuse_terminate_tx(PGconn *conn, const char *id, st_errbuf_t *eb
     st_err_t err = st_runtime_state_lock_tx(conn, id, &found, &version, &snapshot, eb);
     if (err == ST_OK && found) {
         json_t *ended = st_snapshot_with_status(snapshot, "terminated");
-        err = st_runtime_state_end_tx(conn, id, ended, eb);
+        err = st_runtime_state_end_tx(conn, id, ended, NULL, NULL, eb);
         json_decref(ended);
     }
     json_decref(snapshot);

@@ -149,29 +149,6 @@ static const char *const sql_dedup_and_lock =
     "   AND dp.definition_version = i.definition_version)"
     " FROM strand.runtime_states rs JOIN strand.instances i ON i.id = rs.instance_id"
     " WHERE rs.instance_id = $2::uuid FOR UPDATE OF rs";
-/* The run's result in one statement: runtime state (under the version check; an
- * applied wake-up clears last_error, or sets it to instance_failed when the run failed),
- * projection and history entry. It is queued (sent with the COMMIT), so nothing reads
- * its answer: a version that does not match, which cannot happen under the row lock
- * taken by sql_dedup_and_lock, fails the statement instead (a text that is no integer;
- * the subquery is only evaluated then) and the transaction with it. */
-static const char *const sql_run_persist =
-    "WITH rs AS (UPDATE strand.runtime_states SET state_version = state_version + 1,"
-    "   snapshot = $3::jsonb, waiting_kind = $4, waiting_token = $5,"
-    "   waiting_until = to_timestamp($6::double precision / 1000.0),"
-    "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now(),"
-    "   last_error_code = CASE WHEN $9 = 'failed' THEN 'instance_failed' END,"
-    "   last_error = CASE WHEN $9 = 'failed' THEN jsonb_build_object('code', 'instance_failed',"
-    "     'message', 'the instance failed', 'error', $11::jsonb, 'signal_id', $7::text, 'at', " ST_PG_SQL_RFC3339("now()") ") END"
-    "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
-    " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
-    "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
-    "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)),"
-    " h AS (" ST_HISTORY_INSERT
-    "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
-    " SELECT CASE WHEN (SELECT count(*) FROM rs) = 1 THEN 1 ELSE"
-    "   (SELECT 'runtime state of ' || $1 || ' changed under its lock (' || count(*)"
-    "    || ' rows at version ' || $2 || ')' FROM rs)::int END";
 /* Queues a timeline entry (strand.history's owner: history.c); steals `detail`. */
 static st_err_t history_add_tx(PGconn *conn, const char *instance_id, const char *kind,
                                json_t *detail, st_errbuf_t *eb)
@@ -254,12 +231,12 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
                                (json_int_t)(atoll(old_version) + 1));
     char *detail_text = json_dumps(detail, JSON_COMPACT);
     json_decref(detail);
-    const char *params[] = {sig->instance_id, old_version, snapshot, waiting_kind,
+    st_run_write_t write = {sig->instance_id, old_version, snapshot, waiting_kind,
                             waiting_token, until[0] ? until : NULL, sig->signal_id, node_id,
                             status_name(run->status), output_text, error_text, detail_text};
     st_err_t err = detail_text == NULL
                        ? st_err_set(eb, ST_ERR_NOMEM, "could not encode history")
-                       : st_pg_queue_bin(conn, sql_run_persist, 12, params, NULL, NULL, eb);
+                       : st_runtime_state_queue_run_tx(conn, &write, eb);
     /* ---- pause ---- the snapshot is kept by the version it produced, for a rewind (an
      * ended one never is: nothing can continue from it) */
     if (err == ST_OK && run->status == ST_RUN_WAITING)
@@ -273,17 +250,6 @@ static st_err_t persist_tx(PGconn *conn, const st_signal_t *sig, const char *nod
     return st_effects_apply_tx(conn, sig->instance_id, run->effects, run->status, run->snapshot,
                                parent, eb);
 }
-
-static const char *const sql_runtime_end =
-    "UPDATE strand.runtime_states SET state_version = state_version + 1,"
-    " snapshot = CASE WHEN snapshot IS NULL THEN NULL"
-    "   ELSE jsonb_set(snapshot, '{status}', to_jsonb($2::text)) END,"
-    " waiting_kind = NULL, waiting_token = NULL, waiting_until = NULL,"
-    " last_signal_id = $3, last_executed_by = $4, last_executed_at = now()"
-    " WHERE instance_id = $1::uuid";
-static const char *const sql_instance_end =
-    "UPDATE strand.instances SET status = $2, error = $3::jsonb, updated_at = now(),"
-    " ended_at = now() WHERE id = $1::uuid";
 
 /* An operator's cancel or terminate (its payload names the "actor": the API put the
  * principal there) gets its audit row "applied" or "rejected" where the executor
@@ -319,19 +285,26 @@ static st_err_t audit_control_tx(PGconn *conn, const st_signal_t *sig, const cha
  * instance ended (stale). */
 static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char *node_id,
                                 const st_parent_t *parent, const char *old_status,
-                                long long old_version, st_errbuf_t *eb)
+                                long long old_version, const char *snapshot_text,
+                                st_errbuf_t *eb)
 {
     const char *status = sig->type == ST_SIGNAL_CANCEL ? "cancelled" : "terminated";
     const json_t *reason = sig->payload ? json_object_get(sig->payload, "reason") : NULL;
     json_t *error = json_pack("{s:s, s:O}", "code", status, "reason",
                               reason ? reason : json_null());
     char *error_text = json_dumps(error, JSON_COMPACT);
-    const char *rs_params[] = {sig->instance_id, status, sig->signal_id, node_id};
-    const char *inst_params[] = {sig->instance_id, status, error_text};
     int by_parent = parent != NULL && st_tree_from_parent(sig, parent->waiting_token);
-    st_err_t err = st_pg_exec(conn, sql_runtime_end, 4, rs_params, NULL, eb);
+    /* the stored snapshot's status set by the engine (NULL before START ran) */
+    json_t *snapshot = snapshot_text ? json_loads(snapshot_text, 0, NULL) : NULL;
+    json_t *ended = st_snapshot_with_status(snapshot, status);
+    st_err_t err = snapshot_text != NULL && snapshot == NULL
+                       ? st_err_set(eb, ST_ERR_INTERNAL, "stored snapshot is not JSON")
+                       : st_runtime_state_end_tx(conn, sig->instance_id, ended, sig->signal_id,
+                                                 node_id, eb);
+    json_decref(snapshot);
+    json_decref(ended);
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_instance_end, 3, inst_params, NULL, eb);
+        err = st_instance_end_tx(conn, sig->instance_id, status, error_text, eb);
     if (err == ST_OK)
         err = st_tree_end_tx(conn, sig->instance_id, status, eb);
     if (err == ST_OK && parent != NULL && !by_parent)
@@ -776,7 +749,8 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     }
     if (sig->type == ST_SIGNAL_CANCEL || sig->type == ST_SIGNAL_TERMINATE) {
         err = end_instance_tx(conn, sig, node_id, parent.instance_id[0] ? &parent : NULL,
-                              status, current, eb);
+                              status, current,
+                              PQgetisnull(state, 0, 1) ? NULL : PQgetvalue(state, 0, 1), eb);
         *outcome = ST_WAKE_APPLIED;
         goto finish;
     }
@@ -924,28 +898,15 @@ st_err_t st_wakeup_release_held_tx(PGconn *conn, const char *instance_id, int *r
 
 /* ---- failures -------------------------------------------------------------------- */
 
-/* last_error on the runtime state (no version bump: it describes, it does not move the
- * instance). $8: the dead letter this transaction just wrote is named by its id. */
-static const char *const sql_last_error =
-    "UPDATE strand.runtime_states SET last_error_code = $2,"
-    " last_error = jsonb_build_object('code', $2::text, 'message', $3::text, 'error', $4::text,"
-    "   'signal_id', $5::text, 'signal_type', $6::text, 'attempts', $7::int, 'at', " ST_PG_SQL_RFC3339("now()") ")"
-    "   || CASE WHEN $8::boolean THEN jsonb_build_object('dead_letter_id',"
-    "        currval(pg_get_serial_sequence('strand.dead_letters', 'id'))) ELSE '{}'::jsonb END"
-    " WHERE instance_id = $1::uuid";
-
 st_err_t st_wakeup_failed_tx(PGconn *conn, const st_signal_t *sig, st_err_t cause,
                              const char *message, int attempts, int dead_lettered,
                              st_errbuf_t *eb)
 {
-    char attempts_text[16];
-    snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
-    const char *params[] = {sig->instance_id,
+    st_last_error_t last = {sig->instance_id,
                             dead_lettered ? "wakeup_dead_lettered" : "wakeup_failed",
-                            message ? message : "", st_err_name(cause), sig->signal_id,
-                            st_signal_type_name(sig->type), attempts_text,
-                            dead_lettered ? "true" : "false"};
-    return st_pg_exec(conn, sql_last_error, 8, params, NULL, eb);
+                            message, st_err_name(cause), sig->signal_id,
+                            st_signal_type_name(sig->type), attempts, dead_lettered};
+    return st_runtime_state_set_last_error_tx(conn, &last, eb);
 }
 
 void st_wakeup_failed(PGconn *conn, const st_signal_t *sig, st_err_t cause, const char *message,

@@ -2,11 +2,14 @@
  * instance_store.h). */
 #include "strand/instance_store.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* ---- arch2: the existing writes, moved here ---------------------------------------- */
-
+#include "strand/history.h"
 #include "strand/pg.h"
+
+/* ---- starts, ends and snapshot edits from outside a wake-up ------------------------ */
 
 /* $1 id, $2 name, $3 version, $4 business_ref, $5 input, $6 parent, $7 parent's token,
  * $8 lifecycle. */
@@ -34,9 +37,14 @@ static const char *const sql_runtime_lock_version =
 static const char *const sql_runtime_put =
     "UPDATE strand.runtime_states SET state_version = state_version + 1, snapshot = $2::jsonb"
     " WHERE instance_id = $1::uuid";
+/* $3, $4: the signal that ended it and the node that applied it (the executor), or NULL
+ * (the API: they stay as they were). */
 static const char *const sql_runtime_end =
     "UPDATE strand.runtime_states SET state_version = state_version + 1, waiting_kind = NULL,"
-    " waiting_token = NULL, waiting_until = NULL, snapshot = $2::jsonb"
+    " waiting_token = NULL, waiting_until = NULL, snapshot = $2::jsonb,"
+    " last_signal_id = COALESCE($3, last_signal_id),"
+    " last_executed_by = COALESCE($4, last_executed_by),"
+    " last_executed_at = CASE WHEN $3 IS NULL THEN last_executed_at ELSE now() END"
     " WHERE instance_id = $1::uuid";
 
 static void instance_params(const st_instance_new_t *inst, const char *params[8])
@@ -136,17 +144,20 @@ st_err_t st_runtime_state_put_tx(PGconn *conn, const char *id, const json_t *sna
 }
 
 st_err_t st_runtime_state_end_tx(PGconn *conn, const char *id, const json_t *snapshot,
-                                 st_errbuf_t *eb)
+                                 const char *signal_id, const char *node_id, st_errbuf_t *eb)
 {
-    return runtime_write(conn, sql_runtime_end, id, snapshot, eb);
+    st_err_t err;
+    char *text = snapshot_text(snapshot, &err, eb);
+    if (err != ST_OK)
+        return err;
+    const char *params[] = {id, text, signal_id, node_id};
+    err = st_pg_exec(conn, sql_runtime_end, 4, params, NULL, eb);
+    free(text);
+    return err;
 }
-
-#include "strand/pg.h"
 
 /* ---- pause ---- */
 
-#include <stdio.h>
-#include <string.h>
 
 static const char *const sql_pause =
     "UPDATE strand.instances SET status = 'paused', updated_at = now()"
@@ -209,4 +220,59 @@ st_err_t st_instance_store_rewind_tx(PGconn *conn, const st_instance_rewind_t *r
     if (err == ST_OK)
         err = st_pg_exec(conn, sql_rewind_instance, 4, i_params, NULL, eb);
     return err;
+}
+
+/* ---- the executor's wake-up (services/executor/wakeup.c) --------------------------- */
+
+/* The run's result in one statement: runtime state (under the version check; an
+ * applied wake-up clears last_error, or sets it to instance_failed when the run failed),
+ * projection and history entry. It is queued (sent with the COMMIT), so nothing reads
+ * its answer: a version that does not match, which cannot happen under the row lock the
+ * executor holds, fails the statement instead (a text that is no integer; the subquery
+ * is only evaluated then) and the transaction with it. */
+static const char *const sql_run_persist =
+    "WITH rs AS (UPDATE strand.runtime_states SET state_version = state_version + 1,"
+    "   snapshot = $3::jsonb, waiting_kind = $4, waiting_token = $5,"
+    "   waiting_until = to_timestamp($6::double precision / 1000.0),"
+    "   last_signal_id = $7, last_executed_by = $8, last_executed_at = now(),"
+    "   last_error_code = CASE WHEN $9 = 'failed' THEN 'instance_failed' END,"
+    "   last_error = CASE WHEN $9 = 'failed' THEN jsonb_build_object('code', 'instance_failed',"
+    "     'message', 'the instance failed', 'error', $11::jsonb, 'signal_id', $7::text, 'at', " ST_PG_SQL_RFC3339("now()") ") END"
+    "   WHERE instance_id = $1::uuid AND state_version = $2 RETURNING 1),"
+    " i AS (UPDATE strand.instances SET status = $9, output = $10::jsonb, error = $11::jsonb,"
+    "   updated_at = now(), ended_at = CASE WHEN $9 IN ('completed', 'failed') THEN now() END"
+    "   WHERE id = $1::uuid AND EXISTS (SELECT 1 FROM rs)),"
+    " h AS (" ST_HISTORY_INSERT
+    "   SELECT $1::uuid, 'wakeup', $12::jsonb WHERE EXISTS (SELECT 1 FROM rs))"
+    " SELECT CASE WHEN (SELECT count(*) FROM rs) = 1 THEN 1 ELSE"
+    "   (SELECT 'runtime state of ' || $1 || ' changed under its lock (' || count(*)"
+    "    || ' rows at version ' || $2 || ')' FROM rs)::int END";
+
+st_err_t st_runtime_state_queue_run_tx(PGconn *conn, const st_run_write_t *w, st_errbuf_t *eb)
+{
+    const char *params[] = {w->instance_id, w->old_version, w->snapshot, w->waiting_kind,
+                            w->waiting_token, w->waiting_until_ms, w->signal_id, w->node_id,
+                            w->status, w->output, w->error, w->history_detail};
+    return st_pg_queue_bin(conn, sql_run_persist, 12, params, NULL, NULL, eb);
+}
+
+/* last_error on the runtime state (no version bump: it describes, it does not move the
+ * instance). $8: the dead letter this transaction just wrote is named by its id. */
+static const char *const sql_last_error =
+    "UPDATE strand.runtime_states SET last_error_code = $2,"
+    " last_error = jsonb_build_object('code', $2::text, 'message', $3::text, 'error', $4::text,"
+    "   'signal_id', $5::text, 'signal_type', $6::text, 'attempts', $7::int, 'at', " ST_PG_SQL_RFC3339("now()") ")"
+    "   || CASE WHEN $8::boolean THEN jsonb_build_object('dead_letter_id',"
+    "        currval(pg_get_serial_sequence('strand.dead_letters', 'id'))) ELSE '{}'::jsonb END"
+    " WHERE instance_id = $1::uuid";
+
+st_err_t st_runtime_state_set_last_error_tx(PGconn *conn, const st_last_error_t *e,
+                                            st_errbuf_t *eb)
+{
+    char attempts[16];
+    snprintf(attempts, sizeof attempts, "%d", e->attempts);
+    const char *params[] = {e->instance_id, e->code, e->message ? e->message : "", e->error,
+                            e->signal_id, e->signal_type, attempts,
+                            e->dead_lettered ? "true" : "false"};
+    return st_pg_exec(conn, sql_last_error, 8, params, NULL, eb);
 }

@@ -73,11 +73,13 @@ st_err_t st_runtime_state_lock_tx(PGconn *conn, const char *id, int *found, long
 st_err_t st_runtime_state_put_tx(PGconn *conn, const char *id, const json_t *snapshot,
                                  st_errbuf_t *eb);
 
-/* The runtime state of an instance ended from outside its wake-up: `snapshot`
- * (borrowed; NULL: none; the engine's st_snapshot_set_status()), one state_version up,
- * waiting for nothing. The caller holds the row's lock in its open transaction. */
+/* The runtime state of an ended instance: `snapshot` (borrowed; NULL: none; the
+ * engine's st_snapshot_with_status()), one state_version up, waiting for nothing;
+ * `signal_id` and `node_id` name the signal that ended it and the executor node that
+ * applied it (NULL, NULL from outside a wake-up: the API's id reuse). The caller holds
+ * the row's lock in its open transaction. */
 st_err_t st_runtime_state_end_tx(PGconn *conn, const char *id, const json_t *snapshot,
-                                 st_errbuf_t *eb);
+                                 const char *signal_id, const char *node_id, st_errbuf_t *eb);
 
 /* One CTE body for the retention run's one statement (api retention.c): deletes the
  * instances whose ids the CTE `batch` names, unless `dry` (an SQL boolean) is true;
@@ -116,5 +118,42 @@ typedef struct {
  * ST_ERR_CONFLICT when the version moved. Expects the caller's transaction. */
 st_err_t st_instance_store_rewind_tx(PGconn *conn, const st_instance_rewind_t *r,
                                      st_errbuf_t *eb);
+
+/* ---- the executor's wake-up (services/executor/wakeup.c) --------------------------- */
+
+/* What one applied run writes (st_runtime_state_queue_run_tx); every string borrowed,
+ * JSON as text, NULL for SQL NULL. */
+typedef struct {
+    const char *instance_id;
+    const char *old_version;       /* the state_version read under the lock (checked) */
+    const char *snapshot;          /* the engine's new snapshot */
+    const char *waiting_kind, *waiting_token, *waiting_until_ms;
+    const char *signal_id, *node_id;
+    const char *status;            /* the instance's status after the run */
+    const char *output, *error;    /* the instance's output and error, or NULL */
+    const char *history_detail;    /* the 'wakeup' history entry's detail (an object) */
+} st_run_write_t;
+
+/* Queues (st_pg_queue_bin: sent with the transaction's next statement or COMMIT) the
+ * run's runtime state (version + 1, last_error set when it failed, else cleared), the
+ * instance's projection and its 'wakeup' history entry, in one statement; a version
+ * that moved fails the transaction. Expects the caller's open transaction. */
+st_err_t st_runtime_state_queue_run_tx(PGconn *conn, const st_run_write_t *w, st_errbuf_t *eb);
+
+/* A failed wake-up's description on the runtime state (no version bump). */
+typedef struct {
+    const char *instance_id;
+    const char *code;              /* "wakeup_failed", "wakeup_dead_lettered" */
+    const char *message;           /* NULL: "" */
+    const char *error;             /* st_err_name() of the cause */
+    const char *signal_id, *signal_type;
+    int attempts;
+    int dead_lettered;             /* 1: name the dead letter this transaction just wrote */
+} st_last_error_t;
+
+/* Sets runtime_states.last_error of `e->instance_id`. Expects the caller's open
+ * transaction (the dead letter's INSERT before it, when dead_lettered). */
+st_err_t st_runtime_state_set_last_error_tx(PGconn *conn, const st_last_error_t *e,
+                                            st_errbuf_t *eb);
 
 #endif
