@@ -10,8 +10,8 @@ const ENDED = ['completed', 'failed', 'cancelled', 'terminated'];
 // verb: [permission, applies to status?, what will happen, fields]
 const VERBS = {
   signal: ['instances:signal', (s) => !ENDED.includes(s), 'sends the signal to the instance; it is applied if the instance waits for it, else buffered'],
-  'fire-timer': ['instances:operate', (s, i) => i.waiting && i.waiting.kind === 'timer', 'fires the timer the instance waits on now, as if its due time had come'],
-  'skip-wait': ['instances:operate', (s, i) => !!i.waiting, 'completes the current wait as if its event had come, with the payload below as its data'],
+  'fire-timer': ['instances:operate', (s, i) => s !== 'paused' && i.waiting && i.waiting.kind === 'timer', 'fires the timer the instance waits on now, as if its due time had come'],
+  'skip-wait': ['instances:operate', (s, i) => s !== 'paused' && !!i.waiting, 'completes the current wait as if its event had come, with the payload below as its data'],
   pause: ['instances:operate', (s) => ['pending', 'running', 'waiting'].includes(s), 'pauses the instance: signals, timers, task completions and call results that arrive are kept and applied in order on resume'],
   resume: ['instances:operate', (s) => s === 'paused', 'resumes the instance and applies what arrived while it was paused, in arrival order'],
   retry: ['instances:operate', (s) => s === 'failed', 'runs the failed instance again from the step that failed (or the step named below), keeping its history'],
