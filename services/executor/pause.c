@@ -2,6 +2,7 @@
 #include "pause.h"
 
 #include "effects.h"
+#include "signal_buffer.h"
 #include "verify.h"
 
 #include <jansson.h>
@@ -145,7 +146,7 @@ static st_err_t resume_tx(PGconn *conn, const st_signal_t *sig, const st_pause_i
     int def_paused = 0, released = 0;
     err = definition_paused_tx(conn, inst, &def_paused, eb);
     if (err == ST_OK && !def_paused)
-        err = st_wakeup_release_held_tx(conn, sig->instance_id, &released, eb);
+        err = st_signal_buffer_release_held_tx(conn, sig->instance_id, &released, eb);
     if (err != ST_OK)
         return err;
     json_t *h = verb_detail(sig);
@@ -176,7 +177,7 @@ static st_err_t drain_tx(PGconn *conn, const st_signal_t *sig, const st_pause_in
         return ST_OK;
     st_err_t err = definition_paused_tx(conn, inst, &def_paused, eb);
     if (err == ST_OK && !def_paused)
-        err = st_wakeup_release_held_tx(conn, sig->instance_id, &released, eb);
+        err = st_signal_buffer_release_held_tx(conn, sig->instance_id, &released, eb);
     if (err == ST_OK && released > 0)
         err = history_tx(conn, sig->instance_id, "resumed",
                          json_pack("{s:s, s:s, s:s, s:i}", "signal_id", sig->signal_id, "scope",

@@ -10,9 +10,9 @@
  * row "applied" with the state before and after, and a history entry.
  *
  *   PAUSE   status 'paused'; every later wake-up but CANCEL/TERMINATE is kept
- *           (st_wakeup_hold_tx). The state_version does not move.
+ *           (st_signal_buffer_hold_tx). The state_version does not move.
  *   RESUME  the status the runtime state says; what was kept is sent again in arrival
- *           order (st_wakeup_release_held_tx), unless the definition version is still
+ *           order (st_signal_buffer_release_held_tx), unless the definition version is still
  *           paused. A RESUME with payload {"scope": "definition"} (sent by the API when a
  *           definition version is resumed, one per instance that has kept signals) only
  *           sends them again, if neither the instance nor its version is paused.
@@ -30,7 +30,8 @@
 
 #include "strand/err.h"
 #include "strand/signal.h"
-#include "wakeup.h"
+#include "defcache.h"
+#include "outcome.h"
 
 /* What the wake-up read of the instance under its row lock. Borrowed strings. */
 typedef struct {

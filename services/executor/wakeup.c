@@ -3,6 +3,7 @@
 
 #include "effects.h"
 #include "pause.h"
+#include "signal_buffer.h"
 #include "verify.h"
 
 #include <jansson.h>
@@ -26,101 +27,6 @@
 #include "strand/snapshot_log.h"
 #include "strand/tree.h"
 #include "strand/util.h"
-
-/* ---- definition cache ---------------------------------------------------------- */
-
-typedef struct defcache_entry {
-    char name[128];
-    int version;
-    st_defn_t *defn;
-    struct defcache_entry *next;
-} defcache_entry_t;
-
-struct st_defcache {
-    defcache_entry_t *head;
-};
-
-st_defcache_t *st_defcache_new(void)
-{
-    return calloc(1, sizeof(st_defcache_t));
-}
-
-void st_defcache_free(st_defcache_t *cache)
-{
-    if (cache == NULL)
-        return;
-    defcache_entry_t *e = cache->head;
-    while (e != NULL) {
-        defcache_entry_t *next = e->next;
-        st_defn_free(e->defn);
-        free(e);
-        e = next;
-    }
-    free(cache);
-}
-
-/* Returns the compiled definition, loading it inside the caller's transaction on a
- * miss. Borrowed; valid until st_defcache_free(). */
-static st_err_t defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *name,
-                                int version, const st_defn_t **out, st_errbuf_t *eb)
-{
-    static const char *const sql_definition_canonical =
-        "SELECT canonical::text FROM strand.definitions WHERE name = $1 AND version = $2";
-    for (defcache_entry_t *e = cache->head; e != NULL; e = e->next) {
-        if (e->version == version && strcmp(e->name, name) == 0) {
-            *out = e->defn;
-            return ST_OK;
-        }
-    }
-    char version_text[16];
-    snprintf(version_text, sizeof version_text, "%d", version);
-    const char *params[] = {name, version_text};
-    PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, eb);
-    if (err != ST_OK)
-        return err;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return st_err_set(eb, ST_ERR_NOT_FOUND, "definition %s v%d is not imported", name,
-                          version);
-    }
-    json_error_t jerr;
-    json_t *doc = json_loads(PQgetvalue(res, 0, 0), 0, &jerr);
-    PQclear(res);
-    if (doc == NULL)
-        return st_err_set(eb, ST_ERR_INTERNAL, "stored definition %s v%d is not JSON", name,
-                          version);
-    st_defn_t *defn = NULL;
-    json_t *problems = NULL;
-    err = st_defn_compile(doc, &defn, &problems);
-    json_decref(doc);
-    if (err != ST_OK) {
-        char *text = problems ? json_dumps(problems, JSON_COMPACT) : NULL;
-        st_err_set(eb, ST_ERR_INTERNAL, "stored definition %s v%d does not compile: %s",
-                   name, version, text ? text : "");
-        free(text);
-        json_decref(problems);
-        return ST_ERR_INTERNAL;
-    }
-    defcache_entry_t *e = calloc(1, sizeof *e);
-    if (e == NULL) {
-        st_defn_free(defn);
-        return st_err_set(eb, ST_ERR_NOMEM, "could not cache a definition");
-    }
-    snprintf(e->name, sizeof e->name, "%s", name);
-    e->version = version;
-    e->defn = defn;
-    e->next = cache->head;
-    cache->head = e;
-    *out = defn;
-    return ST_OK;
-}
-
-st_err_t st_defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *name, int version,
-                            const st_defn_t **out, st_errbuf_t *eb)
-{
-    return defcache_get_tx(cache, conn, name, version, out, eb);
-}
 
 /* ---- the wake-up transaction --------------------------------------------------- */
 
@@ -324,34 +230,7 @@ static st_err_t end_instance_tx(PGconn *conn, const st_signal_t *sig, const char
     return err;
 }
 
-static const char *const sql_buffer_insert =
-    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload)"
-    " VALUES ($1::uuid, $2, $3, $4::jsonb)";
-/* $2 = a JSON array of the signal names the instance waits for; "*" takes any name. */
-static const char *const sql_buffer_take =
-    "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
-    " WHERE instance_id = $1::uuid AND envelope IS NULL AND ($2::jsonb ? '*' OR name IN"
-    " (SELECT jsonb_array_elements_text($2::jsonb))) ORDER BY id LIMIT 1 FOR UPDATE)"
-    " RETURNING signal_id, payload::text, name";
-
 #define MAX_BUFFERED_PER_WAKEUP 100
-
-/* Keeps a named signal the instance does not wait for yet (or that arrived before it
- * started); it is delivered when the instance waits for that name. */
-static st_err_t buffer_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
-{
-    char *payload = sig->payload ? json_dumps(sig->payload, JSON_COMPACT) : strdup("{}");
-    const char *params[] = {sig->instance_id, sig->name, sig->signal_id, payload};
-    st_err_t err = st_pg_exec(conn, sql_buffer_insert, 4, params, NULL, eb);
-    free(payload);
-    if (err == ST_OK)
-        err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
-    if (err == ST_OK)
-        err = history_add_tx(conn, sig->instance_id, "signal_buffered",
-                             json_pack("{s:s, s:s}", "signal_id", sig->signal_id, "name", sig->name),
-                             eb);
-    return err;
-}
 
 /* While the run left the instance waiting for a named signal that is buffered, feeds
  * it in (same transaction), accumulating effects. */
@@ -365,9 +244,8 @@ static st_err_t drain_buffer_tx(PGconn *conn, const st_defn_t *defn, const st_si
         json_decref(names);
         if (names_text == NULL)
             return ST_OK;
-        const char *params[] = {sig->instance_id, names_text};
         PGresult *res = NULL;
-        st_err_t err = st_pg_exec(conn, sql_buffer_take, 2, params, &res, eb);
+        st_err_t err = st_signal_buffer_take_tx(conn, sig->instance_id, names_text, &res, eb);
         free(names_text);
         if (err != ST_OK)
             return err;
@@ -580,7 +458,7 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
         why = "the instance has not started yet";   /* (its START may be retried, above) */
     if (err == ST_OK && why == NULL) {
         json_error_t jerr;
-        err = defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2), atoi(PQgetvalue(state, 0, 3)), &defn, eb);
+        err = st_defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2), atoi(PQgetvalue(state, 0, 3)), &defn, eb);
         if (err == ST_OK && (snapshot = json_loads(PQgetvalue(state, 0, 1), 0, &jerr)) == NULL)
             err = st_err_set(eb, ST_ERR_INTERNAL, "stored snapshot is not JSON: %s", jerr.text);
     }
@@ -736,7 +614,7 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
             goto fail;
         if (paused) {
             *outcome = ST_WAKE_BUFFERED;
-            err = st_wakeup_hold_tx(conn, sig, eb);
+            err = st_signal_buffer_hold_tx(conn, sig, eb);
             goto finish;
         }
     }
@@ -756,7 +634,7 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     }
 
     const st_defn_t *defn = NULL;
-    if ((err = defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2),
+    if ((err = st_defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2),
                                atoi(PQgetvalue(state, 0, 3)), &defn, eb)) != ST_OK)
         goto fail;
     if (!PQgetisnull(state, 0, 1)) {
@@ -790,7 +668,7 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     }
     if (err == ST_ERR_CONFLICT && sig->type == ST_SIGNAL_EXTERNAL && sig->name[0]) {
         *outcome = ST_WAKE_BUFFERED;
-        err = buffer_tx(conn, sig, eb);
+        err = st_signal_buffer_keep_tx(conn, sig, eb);
         goto finish;
     }
     if (err == ST_OK)
@@ -836,63 +714,6 @@ fail:
     json_decref(event);
     json_decref(globals);
     st_run_result_close(&run);
-    return err;
-}
-
-/* ---- pause: wake-ups kept while paused (strand.signal_buffer, envelope set) ---------- */
-
-static const char *const sql_hold_insert =
-    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload, envelope)"
-    " VALUES ($1::uuid, $2, $3, '{}', $4::bytea)";
-static const char *const sql_held_take =
-    "WITH d AS (DELETE FROM strand.signal_buffer WHERE instance_id = $1::uuid"
-    "   AND envelope IS NOT NULL RETURNING id, envelope)"
-    " SELECT envelope FROM d ORDER BY id";
-st_err_t st_wakeup_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
-{
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    st_err_t err = st_signal_encode(sig, &buf, &len, eb);
-    if (err != ST_OK)
-        return err;
-    const char *params[] = {sig->instance_id, sig->name[0] ? sig->name : st_signal_type_name(sig->type),
-                            sig->signal_id, (const char *)buf};
-    const int lengths[] = {0, 0, 0, (int)len};
-    const int formats[] = {0, 0, 0, 1};
-    err = st_pg_exec_bin(conn, sql_hold_insert, 4, params, lengths, formats, NULL, eb);
-    free(buf);
-    if (err == ST_OK)
-        err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
-    if (err == ST_OK)
-        err = history_add_tx(conn, sig->instance_id, "signal_held",
-                             json_pack("{s:s, s:s, s:s}", "signal_id", sig->signal_id, "signal_type",
-                                       st_signal_type_name(sig->type), "name", sig->name),
-                             eb);
-    return err;
-}
-
-st_err_t st_wakeup_release_held_tx(PGconn *conn, const char *instance_id, int *released,
-                                   st_errbuf_t *eb)
-{
-    const char *params[] = {instance_id};
-    PGresult *res = NULL;
-    *released = 0;
-    st_err_t err = st_pg_exec_format(conn, sql_held_take, 1, params, NULL, NULL, 1, &res, eb);
-    for (int i = 0; err == ST_OK && i < PQntuples(res); i++) {
-        st_signal_t sig;
-        if (st_signal_decode(PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0), &sig, eb) != ST_OK) {
-            /* cannot happen (Strand encoded it); kept out of the way with a log line */
-            st_log_warn("a held signal could not be decoded; dropped", "instance=%s: %s", instance_id,
-                        eb->msg);
-            continue;
-        }
-        st_uuid_new(sig.signal_id);   /* a new delivery: the first id is recorded as buffered */
-        err = st_signal_enqueue_tx(conn, &sig, eb);
-        st_signal_close(&sig);
-        if (err == ST_OK)
-            (*released)++;
-    }
-    PQclear(res);
     return err;
 }
 

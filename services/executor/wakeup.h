@@ -17,25 +17,9 @@
 #include "strand/err.h"
 #include "strand/signal.h"
 
-typedef enum {
-    ST_WAKE_APPLIED = 1,   /* the signal ran and its effects committed */
-    ST_WAKE_DUPLICATE,     /* this signal id was processed before: nothing changed */
-    ST_WAKE_STALE,         /* wrong version/token or instance ended: dropped with a notice */
-    ST_WAKE_UNKNOWN,       /* no such instance: dropped with a notice */
-    ST_WAKE_BUFFERED,      /* a named signal the instance does not wait for yet: kept */
-} st_wake_outcome_t;
+#include "defcache.h"
+#include "outcome.h"
 
-typedef struct st_defcache st_defcache_t;
-
-/* A cache of compiled definitions keyed by (name, version); definitions are
- * immutable, so entries never go stale. Not thread-safe: one per worker thread. */
-st_defcache_t *st_defcache_new(void);
-void st_defcache_free(st_defcache_t *cache);
-
-/* The compiled definition (name, version), loaded inside the caller's transaction on a
- * miss. Borrowed; valid until st_defcache_free(). ST_ERR_NOT_FOUND: not imported. */
-st_err_t st_defcache_get_tx(st_defcache_t *cache, PGconn *conn, const char *name, int version,
-                            const st_defn_t **out, st_errbuf_t *eb);
 
 /* Processes `sig` on `conn` (no transaction open). On ST_OK *outcome says what
  * happened. Retryable errors (database) leave nothing written; the caller retries.
@@ -62,18 +46,6 @@ void st_wakeup_failed(PGconn *conn, const st_signal_t *sig, st_err_t cause, cons
 /* Name of an outcome ("applied", "duplicate", ...); static storage. */
 const char *st_wake_outcome_name(st_wake_outcome_t outcome);
 
-/* ---- pause: wake-ups kept while an instance or its definition version is paused ---- */
 
-/* Keeps `sig` (whole envelope) in strand.signal_buffer because its instance or its
- * definition version is paused; records the signal id as buffered and a history entry
- * "signal_held". Expects the wake-up's open transaction. */
-st_err_t st_wakeup_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
-
-/* Sends again, in arrival order, every signal kept for `instance_id` by
- * st_wakeup_hold_tx(): each is deleted from the buffer and enqueued (outbox) under a new
- * signal id in the caller's transaction, so a crash either keeps them all or sends them
- * all. *released is how many. */
-st_err_t st_wakeup_release_held_tx(PGconn *conn, const char *instance_id, int *released,
-                                   st_errbuf_t *eb);
 
 #endif
