@@ -294,7 +294,7 @@ done
 # W3's timers while W1 runs at full speed (C clients) from before the first timer is due
 # until the last has fired: W1 runs of CONCN instances back to back until W3 ends
 log "strand-bench w3 while W1 runs"
-load1
+w3load=$(cut -d' ' -f1 /proc/loadavg)
 "$bench" --json --workload w3 --n "$N3" --window-ms "$W3MS" --label under-w1 --timeout 600 \
   >"$work/w3-under-w1.json" 2>>"$work/logs/strand-bench.err" &
 w3pid=$!
@@ -303,6 +303,7 @@ while kill -0 "$w3pid" 2>/dev/null; do
   sb --workload w1 --n "$CONCN" --label w1-beside-w3 --timeout 600
 done
 wait "$w3pid" || log "strand-bench w3 under W1 did not fire every timer (see the table)"
+echo "{\"load1\":$w3load}" >>"$results"
 cat "$work/w3-under-w1.json" >>"$results"
 drain
 
