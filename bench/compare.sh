@@ -32,8 +32,9 @@
 # STRAND_BENCH_CONC_N (W1 size at each of its points, at least 8 per client),
 # STRAND_BENCH_PEER_LEAD_MS (the peers' W3 timers are created through their APIs one
 # workflow at a time, so the first one is due this long after the start; default 0: each
-# driver sets 2 s + 1.5 x N / the start rate it measured on an untimed probe; Strand's
-# timers are written in SQL batches, 2 s + N/2 ms ahead),
+# driver sets 2 s + 1.5 x N / the rate at which it could create timers on an untimed
+# probe; Strand's timers are written in SQL batches, 2 s + N/2 ms ahead; the peers' W3
+# may run up to 20 minutes),
 # STRAND_BENCH_NOTE (a sentence for the doc, e.g. what else ran on the machine).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -235,7 +236,7 @@ restate_run() { # workload n label [driver args]
   load1
   cpu_begin
   RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
-    timeout 900 node "$PEERS/restate/bench.mjs" --workload "$w" --n "$n" --concurrency "$C" --timeout 600 --label "$label" --json "$@" \
+    timeout 1500 node "$PEERS/restate/bench.mjs" --workload "$w" --n "$n" --concurrency "$C" --timeout 600 --label "$label" --json "$@" \
     >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
   [ "$w" = w1 ] && [ "$label" = main ] && cpu_end restate
   return 0
@@ -274,7 +275,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
 restate_run w2 "$N2" main
-restate_run w3 "$N3" main --window-ms "$W3MS" --lead-ms "$LEAD"
+restate_run w3 "$N3" main --window-ms "$W3MS" --lead-ms "$LEAD" --timeout 1200
 restate_stop
 drain
 sb --workload w2 --n "$N2" --storage --label main --timeout 600
@@ -322,12 +323,12 @@ run_dbos() {
     w=w1 n=$N1 variant="" label=main
     [ $run = warmup ] && n=$WARM label=warmup
     [ $run = w2 ] && w=w2 n=$N2 variant=--async
-    [ $run = w3 ] && w=w3 n=$N3 variant="--window-ms $W3MS --lead-ms $LEAD"
+    [ $run = w3 ] && w=w3 n=$N3 variant="--window-ms $W3MS --lead-ms $LEAD --timeout 1200"
     log "dbos $w n=$n $variant ($label)"
     load1
     cpu_begin
     # shellcheck disable=SC2086
-    timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
+    timeout 1500 "$py" bench/peers/dbos/bench.py --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json $variant \
       >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
     [ $w = w1 ] && [ $label = main ] && cpu_end dbos
   done
@@ -425,11 +426,11 @@ EOF
     w=w1 n=$N1 args=() label=main
     [ $run = warmup ] && n=$WARM label=warmup
     [ $run = w2 ] && w=w2 n=$N2
-    [ $run = w3 ] && w=w3 n=$N3 args=(--window-ms "$W3MS" --lead-ms "$LEAD")
+    [ $run = w3 ] && w=w3 n=$N3 args=(--window-ms "$W3MS" --lead-ms "$LEAD" --timeout 1200)
     log "temporal $w n=$n ($label)"
     load1
     cpu_begin
-    timeout 900 "$bin/temporal-bench" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json "${args[@]}" \
+    timeout 1500 "$bin/temporal-bench" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json "${args[@]}" \
       >>"$results" 2>>"$work/logs/temporal-bench.err" || log "temporal $w incomplete"
     [ $w = w1 ] && [ $label = main ] && cpu_end temporal
   done

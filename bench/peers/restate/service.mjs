@@ -40,7 +40,7 @@ const t3 = restate.workflow({
     run: async (ctx, input) => {
       const now = await ctx.date.now();
       await ctx.sleep(Math.max(1, input.due - now));
-      return await ctx.run("fired", () => ({ t_fired: Date.now() }));
+      return await ctx.run("fired", () => ({ t_fired: Date.now(), t_set: now }));
     },
   },
 });
