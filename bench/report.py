@@ -156,7 +156,8 @@ def main():
                 "lateness = the engine's timestamp of the firing - the due time. Strand's timers are "
                 "written in SQL batches as the executor writes them, the first due 2 s + N/2 ms after "
                 "the start; the peers' are created through their APIs one workflow at a time, the first "
-                "due after a lead from the start rate each driver measured first (\"first due after\"; "
+                "due after a lead from the rate at which each driver could create timers on an untimed "
+                "probe (\"first due after\"; "
                 "\"started after due\" counts the timers whose creation still returned after they were "
                 "due: such a timer's lateness includes that).", "",
                 "| engine | firing timestamp | N | fired | first due after | started after due | p50 ms | p95 ms | p99 ms | max ms | load avg at its start |",
