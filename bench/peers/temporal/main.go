@@ -23,8 +23,8 @@
 //	w3     N workflows each sleep on a durable timer (workflow.NewTimer) due evenly over
 //	       --window-ms, starting --lead-ms from now (the lead leaves time to start them
 //	       all; 0, the default: 2 s + 1.5 x N / the rate of an untimed probe of
-//	       min(100, max(10, N/20)) such workflows due at once, started until the worker
-//	       had set their timers).
+//	       min(100, max(10, N/20)) such workflows due at once). Each client starts a
+//	       workflow and waits until the worker has set its timer before the next.
 //	       "timer_set_late" counts the timers the workflow's first task set after they
 //	       were due. Lateness: the server's TimerFired event time - due time. Also reported:
 //	       the time the workflow ran again (workflow.Now() after the timer: the server's
@@ -122,9 +122,9 @@ type TimerResult struct {
 	NowMs float64 `json:"now_ms"`
 }
 
-// timersSet counts the W3 timers this process's worker set (first executions only): the
-// driver's probe of how fast timers can be set.
-var timersSet atomic.Int64
+// timerSet maps a W3 workflow id to a channel closed once this process's worker has set
+// its timer (first execution only): each W3 client waits for it before its next start.
+var timerSet sync.Map
 
 // W3 sleeps on one durable timer until dueMs (at least 1 ms: a zero duration sets no timer).
 func W3(ctx workflow.Context, dueMs float64) (TimerResult, error) {
@@ -135,7 +135,9 @@ func W3(ctx workflow.Context, dueMs float64) (TimerResult, error) {
 	}
 	timer := workflow.NewTimer(ctx, d)
 	if !workflow.IsReplaying(ctx) {
-		timersSet.Add(1)
+		if ch, ok := timerSet.LoadAndDelete(workflow.GetInfo(ctx).WorkflowExecution.ID); ok {
+			close(ch.(chan struct{}))
+		}
 	}
 	if err := timer.Get(ctx, nil); err != nil {
 		return TimerResult{}, err
@@ -352,23 +354,38 @@ func timerFiredMs(c client.Client, id string) (float64, error) {
 	return 0, errors.New(id + ": no TimerFired event")
 }
 
-// autoLead: the lead that leaves time to start every timer's workflow before it is due:
-// 2 s + 1.5 x N / the rate at which a probe of untimed timer workflows (due at once) was
-// started and had its timers set by the worker. (A start returns before the workflow's
-// first task has set the timer: the rate of starts alone left a third of the timers set
-// after they were due.)
+// startTimer starts one W3 workflow and waits until the worker has set its timer (a start
+// returns before the workflow's first task has run: clients that only started workflows
+// ran far ahead of the worker, and most timers were set after they were due).
+func startTimer(c client.Client, tq, id string, due float64) (client.WorkflowRun, error) {
+	ctx, cancel := runCtx()
+	defer cancel()
+	ch := make(chan struct{})
+	timerSet.Store(id, ch)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, W3, due)
+	if err != nil {
+		timerSet.Delete(id)
+		return nil, err
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		timerSet.Delete(id)
+		return run, ctx.Err()
+	}
+	return run, nil
+}
+
+// autoLead: the lead that leaves time to set every timer before it is due: 2 s + 1.5 x N /
+// the rate at which a probe of untimed timer workflows (due at once) was started and had
+// its timers set, the way the timed ones are.
 func autoLead(c client.Client, tq, tag string) (int, float64) {
 	probe := min(100, max(10, opt.n/20))
-	t0, set0 := nowMs(), timersSet.Load()
+	t0 := nowMs()
 	pool(probe, func(i int) error {
-		ctx, cancel := runCtx()
-		defer cancel()
-		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("w3probe-%s-%d", tag, i), TaskQueue: tq}, W3, nowMs())
+		_, err := startTimer(c, tq, fmt.Sprintf("w3probe-%s-%d", tag, i), nowMs())
 		return err
 	})
-	for timersSet.Load()-set0 < int64(probe) && time.Now().Before(opt.deadline) {
-		time.Sleep(time.Millisecond)
-	}
 	rate := float64(probe) / math.Max((nowMs()-t0)/1000, 0.001)
 	return 2000 + int(1.5*float64(opt.n)/rate*1000), rate
 }
@@ -384,11 +401,9 @@ func runW3(c client.Client, tq, tag string) bool {
 	runs := make([]client.WorkflowRun, opt.n)
 	var late atomic.Int64
 	pool(opt.n, func(i int) error {
-		ctx, cancel := runCtx()
-		defer cancel()
 		ids[i] = fmt.Sprintf("w3-%s-%d", tag, i)
 		due[i] = base + float64(i)*float64(opt.windowMs)/float64(opt.n)
-		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids[i], TaskQueue: tq}, W3, due[i])
+		r, err := startTimer(c, tq, ids[i], due[i])
 		if nowMs() > due[i] {
 			late.Add(1)
 		}
