@@ -8,7 +8,7 @@
 #            temporal-sql-tool (cmd/tools/sql) and temporal-bench (bench/peers/temporal:
 #            the W1/W2/W3 workflows on the Go SDK go.temporal.io/sdk), built with the
 #            machine's Go from the Go module proxy at the versions bench/peers/temporal/go.mod
-#            pins (the server needs Go >= 1.26.4; about 12 minutes on 2 cores, the first time).
+#            pins (server v1.32.1 needs Go >= 1.26.8; 6-12 minutes on 2 cores, the first time).
 #            TEMPORAL_BUILD_P limits the parallel compile jobs (default: the number of cores).
 #
 #   bench/peers/setup.sh [restate] [dbos] [temporal]   (default: all three)
@@ -42,7 +42,7 @@ fi
 
 if [[ $want == *" temporal "* ]]; then
 echo "== temporal -> $PEERS/temporal"
-command -v go >/dev/null || { echo "temporal: no go on PATH (the server needs Go >= 1.26.4)" >&2; exit 1; }
+command -v go >/dev/null || { echo "temporal: no go on PATH (server v1.32.1 needs Go >= 1.26.8)" >&2; exit 1; }
 # never download another toolchain: a Go older than go.mod asks for fails here, saying so
 export GOTOOLCHAIN=local
 export GOFLAGS="-buildvcs=false -p=${TEMPORAL_BUILD_P:-$(nproc)}"
