@@ -4,8 +4,8 @@
 # clients, and W3 while W1 runs), and the cost curves; writes the results into
 # docs/benchmarks.md.
 #
-#   bench/compare.sh            full run (about 10 minutes on 2 cores for Strand, Restate
-#                               and DBOS; Temporal's W1 rounds and W3 add 20-40 minutes)
+#   bench/compare.sh            full run (about an hour on 2 cores: Temporal's W1 rounds
+#                               and W3 take 30-45 minutes of it, the other peers' W3 about 10)
 #   bench/compare.sh --quick    small N everywhere (a smoke run; does not touch the doc
 #                               unless STRAND_BENCH_WRITE_DOC=1)
 #
