@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Runs strand-bench W1-W4, the peer engines' W1/W2 (Restate, DBOS) on the same machine
-# in the same run, and the cost curves; writes the results into docs/benchmarks.md.
+# Runs strand-bench W1-W4, the peer engines' W1/W2 and timer workload W3 (Restate, DBOS,
+# Temporal) on the same machine in the same run, Strand's concurrency curve (W1 at 1 to 256
+# clients, and W3 while W1 runs), and the cost curves; writes the results into
+# docs/benchmarks.md.
 #
-#   bench/compare.sh            full run (about 10 minutes on 2 cores)
+#   bench/compare.sh            full run (about an hour on 2 cores: Temporal's W1 rounds
+#                               and W3 take 30-45 minutes of it, the other peers' W3 about 10)
 #   bench/compare.sh --quick    small N everywhere (a smoke run; does not touch the doc
 #                               unless STRAND_BENCH_WRITE_DOC=1)
 #
@@ -11,8 +14,10 @@
 # ports STRAND_BENCH_PORT_BASE..+5 (default 28180) from STRAND_BENCH_BUILD (default
 # build/, release). Peers come from .cache/peers (bench/peers/setup.sh, run here when
 # missing); Restate listens on PORT_BASE+10..+13; DBOS uses the database dbos_bench of
-# the same PostgreSQL. A peer that cannot be installed or started is reported as such
-# in the doc, and the run continues.
+# the same PostgreSQL; Temporal listens on PORT_BASE+20..+28 and keeps its state in the
+# databases temporal and temporal_visibility of the same PostgreSQL (created afresh by
+# each run, schema by its temporal-sql-tool). A peer that cannot be installed or started
+# is reported as such in the doc, and the run continues.
 #
 # W1 is the throughput comparison, and one run of it on a 2-core machine moves by +-20%:
 # every engine first gets an untimed warm-up W1 (STRAND_BENCH_WARMUP_N instances: JIT
@@ -24,6 +29,13 @@
 # STRAND_BENCH_ROUNDS (5), STRAND_BENCH_WARMUP_N (2000),
 # STRAND_BENCH_CONCURRENCY (16), STRAND_BENCH_CURVE_N (2000: W1 size at each curve
 # point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
+# STRAND_BENCH_CONC_LEVELS ("1 4 16 64 256": client counts of the concurrency curve),
+# STRAND_BENCH_CONC_N (W1 size at each of its points, at least 8 per client),
+# STRAND_BENCH_PEER_LEAD_MS (the peers' W3 timers are created through their APIs one
+# workflow at a time, so the first one is due this long after the start; default 0: each
+# driver sets 2 s + 1.5 x N / the rate at which it could create timers on an untimed
+# probe; Strand's timers are written in SQL batches, 2 s + N/2 ms ahead; the peers' W3
+# may run up to 20 minutes),
 # STRAND_BENCH_NOTE (a sentence for the doc, e.g. what else ran on the machine).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,12 +47,16 @@ if [ $quick = 1 ]; then
   N4=${STRAND_BENCH_N_W4:-50} CN=${STRAND_BENCH_CURVE_N:-300}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 3000"} W3MS=5000
   ROUNDS=${STRAND_BENCH_ROUNDS:-1} WARM=${STRAND_BENCH_WARMUP_N:-50}
+  CONCN=${STRAND_BENCH_CONC_N:-100}
 else
   N1=${STRAND_BENCH_N_W1:-5000} N2=${STRAND_BENCH_N_W2:-1000} N3=${STRAND_BENCH_N_W3:-10000}
   N4=${STRAND_BENCH_N_W4:-300} CN=${STRAND_BENCH_CURVE_N:-2000}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 10000 100000"} W3MS=20000
   ROUNDS=${STRAND_BENCH_ROUNDS:-5} WARM=${STRAND_BENCH_WARMUP_N:-2000}
+  CONCN=${STRAND_BENCH_CONC_N:-2000}
 fi
+LEAD=${STRAND_BENCH_PEER_LEAD_MS:-0}
+CONC_LEVELS=${STRAND_BENCH_CONC_LEVELS:-"1 4 16 64 256"}
 C=${STRAND_BENCH_CONCURRENCY:-16}
 BUILD=${STRAND_BENCH_BUILD:-$repo/build}
 PB=${STRAND_BENCH_PORT_BASE:-28180}
@@ -100,10 +116,10 @@ rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 meta() { echo "{\"meta\":\"$1\",\"value\":$2}" >>"$results"; }
 
 load1() { echo "{\"load1\":$(cut -d' ' -f1 /proc/loadavg)}" >>"$results"; }
-sb() { # strand-bench args...; appends its JSON lines
-  log "strand-bench $*"
+sb() { # strand-bench args...; appends its JSON lines (client concurrency SB_C, default C)
+  log "strand-bench $* (concurrency ${SB_C:-$C})"
   load1
-  "$bench" --json "$@" --concurrency "$C" >>"$results" 2>>"$work/logs/strand-bench.err" ||
+  "$bench" --json "$@" --concurrency "${SB_C:-$C}" >>"$results" 2>>"$work/logs/strand-bench.err" ||
     log "strand-bench $* did not complete every instance (see the table)"
 }
 
@@ -165,8 +181,14 @@ drain() {
 
 # ---- peers ------------------------------------------------------------------------
 peer_status() { echo "{\"peer\":\"$1\",\"status\":\"$2\",\"detail\":$(printf '%s' "$3" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$results"; }
-if [ ! -x "$PEERS/restate/node_modules/.bin/restate-server" ] || [ ! -x "$PEERS/dbos/venv/bin/python" ]; then
-  bench/peers/setup.sh >"$work/logs/peers-setup.log" 2>&1 || log "peer setup failed; see $work/logs/peers-setup.log"
+missing_peers=""
+[ -x "$PEERS/restate/node_modules/.bin/restate-server" ] || missing_peers+=" restate"
+[ -x "$PEERS/dbos/venv/bin/python" ] || missing_peers+=" dbos"
+[ -x "$PEERS/temporal/bin/temporal-server" ] && [ -x "$PEERS/temporal/bin/temporal-bench" ] || missing_peers+=" temporal"
+if [ -n "$missing_peers" ]; then
+  log "installing the peers:$missing_peers (bench/peers/setup.sh; Temporal's first build takes minutes)"
+  # shellcheck disable=SC2086
+  bench/peers/setup.sh $missing_peers >"$work/logs/peers-setup.log" 2>&1 || log "peer setup failed; see $work/logs/peers-setup.log"
 fi
 
 # Restate runs beside Strand during W1 so that their rounds can alternate (below).
@@ -207,14 +229,15 @@ EOF
     restate_stop
   fi
 }
-restate_run() { # workload n label
+restate_run() { # workload n label [driver args]
   [ $restate_ok = 1 ] || return 0
   local w=$1 n=$2 label=$3
+  shift 3
   log "restate $w n=$n ($label)"
   load1
   cpu_begin
   RESTATE_INGRESS=http://127.0.0.1:$((PB + 10)) RESTATE_ADMIN=http://127.0.0.1:$((PB + 11)) \
-    timeout 900 node "$PEERS/restate/bench.mjs" --workload "$w" --n "$n" --concurrency "$C" --timeout 600 --label "$label" --json \
+    timeout 1500 node "$PEERS/restate/bench.mjs" --workload "$w" --n "$n" --concurrency "$C" --timeout 600 --label "$label" --json "$@" \
     >>"$results" 2>>"$work/logs/restate-bench.err" || log "restate $w incomplete"
   [ "$w" = w1 ] && [ "$label" = main ] && cpu_end restate
   return 0
@@ -253,6 +276,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 meta executor_rss_after_w1_kb "$(rss_kb "${pid[executor]}")"
 restate_run w2 "$N2" main
+restate_run w3 "$N3" main --window-ms "$W3MS" --lead-ms "$LEAD" --timeout 1200
 restate_stop
 drain
 sb --workload w2 --n "$N2" --storage --label main --timeout 600
@@ -260,6 +284,29 @@ drain
 sb --workload w4 --n "$N4" --storage --label main --timeout 600
 drain
 sb --workload w3 --n "$N3" --window-ms "$W3MS" --label main --timeout 600
+drain
+
+# ---- concurrency curve: W1 at 1 .. 256 clients, then W3 while W1 runs --------------
+for c in $CONC_LEVELS; do
+  n=$CONCN
+  [ "$n" -ge $((8 * c)) ] || n=$((8 * c))
+  SB_C=$c sb --workload w1 --n "$n" --label "conc-$c" --timeout 600
+  drain
+done
+# W3's timers while W1 runs at full speed (C clients) from before the first timer is due
+# until the last has fired: W1 runs of CONCN instances back to back until W3 ends
+log "strand-bench w3 while W1 runs"
+w3load=$(cut -d' ' -f1 /proc/loadavg)
+"$bench" --json --workload w3 --n "$N3" --window-ms "$W3MS" --label under-w1 --timeout 600 \
+  >"$work/w3-under-w1.json" 2>>"$work/logs/strand-bench.err" &
+w3pid=$!
+started+=($w3pid)
+while kill -0 "$w3pid" 2>/dev/null; do
+  sb --workload w1 --n "$CONCN" --label w1-beside-w3 --timeout 600
+done
+wait "$w3pid" || log "strand-bench w3 under W1 did not fire every timer (see the table)"
+echo "{\"load1\":$w3load}" >>"$results"
+cat "$work/w3-under-w1.json" >>"$results"
 drain
 
 run_dbos() {
@@ -273,19 +320,125 @@ run_dbos() {
   # each workload in DBOS's faster form here: W1 as threads calling sync workflows, W2 as
   # async workflows (a thread blocked in recv per waiting workflow is far slower)
   local w n variant label
-  for run in warmup $(seq 1 "$ROUNDS") w2; do
+  for run in warmup $(seq 1 "$ROUNDS") w2 w3; do
     w=w1 n=$N1 variant="" label=main
     [ $run = warmup ] && n=$WARM label=warmup
     [ $run = w2 ] && w=w2 n=$N2 variant=--async
+    [ $run = w3 ] && w=w3 n=$N3 variant="--window-ms $W3MS --lead-ms $LEAD --timeout 1200"
     log "dbos $w n=$n $variant ($label)"
     load1
     cpu_begin
-    timeout 900 "$py" bench/peers/dbos/bench.py --workload $w $variant --n "$n" --concurrency "$C" --timeout 600 --label $label --json \
+    # shellcheck disable=SC2086
+    timeout 1500 "$py" bench/peers/dbos/bench.py --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json $variant \
       >>"$results" 2>>"$work/logs/dbos-bench.err" || log "dbos $w incomplete"
     [ $w = w1 ] && [ $label = main ] && cpu_end dbos
   done
 }
 run_dbos
+
+# Temporal: its own server process (frontend, history, matching and worker services in
+# one), PostgreSQL persistence in the same PostgreSQL 15, default dynamic configuration;
+# the workers run inside temporal-bench (Go SDK), one task queue per run.
+run_temporal() {
+  local bin=$PEERS/temporal/bin tw=$work/temporal
+  if [ ! -x "$bin/temporal-server" ] || [ ! -x "$bin/temporal-bench" ]; then
+    peer_status temporal missing "temporal-server not built (bench/peers/setup.sh temporal failed: $(tail -n 3 "$work/logs/peers-setup.log" 2>/dev/null))"
+    return
+  fi
+  mkdir -p "$tw"
+  # fresh databases every run, as Restate gets a fresh data directory
+  local db
+  for db in temporal temporal_visibility; do
+    psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" && psql_admin -c "CREATE DATABASE $db OWNER strand" ||
+      { peer_status temporal failed "could not create the database $db"; return; }
+  done
+  local sqlt=("$bin/temporal-sql-tool" --plugin postgres12 --ep 127.0.0.1 -p "$pg_port" -u strand)
+  if ! { "${sqlt[@]}" --db temporal setup-schema -v 0.0 &&
+         "${sqlt[@]}" --db temporal update-schema --schema-name postgresql/v12/temporal &&
+         "${sqlt[@]}" --db temporal_visibility setup-schema -v 0.0 &&
+         "${sqlt[@]}" --db temporal_visibility update-schema --schema-name postgresql/v12/visibility; } \
+       >"$work/logs/temporal-schema.log" 2>&1; then
+    peer_status temporal failed "temporal-sql-tool: $(tail -n 3 "$work/logs/temporal-schema.log")"
+    return
+  fi
+  # the configuration of the server's development-postgres12.yaml, on loopback ports of
+  # our own, without metrics, pprof and archival; no dynamic configuration file (defaults)
+  sql() { # database max-conns
+    cat <<EOF
+      sql:
+        pluginName: "postgres12"
+        databaseName: "$1"
+        connectAddr: "127.0.0.1:$pg_port"
+        connectProtocol: "tcp"
+        user: "strand"
+        password: ""
+        maxConns: $2
+        maxIdleConns: $2
+        maxConnLifetime: "1h"
+EOF
+  }
+  svc() { # name grpc-port membership-port
+    printf '  %s:\n    rpc:\n      grpcPort: %s\n      membershipPort: %s\n      bindOnLocalHost: true\n' "$1" "$2" "$3"
+  }
+  {
+    printf 'log:\n  stdout: true\n  level: warn\n\npersistence:\n  defaultStore: postgres-default\n'
+    printf '  visibilityStore: postgres-visibility\n  numHistoryShards: 4\n  datastores:\n'
+    printf '    postgres-default:\n'; sql temporal 20
+    printf '    postgres-visibility:\n'; sql temporal_visibility 2
+    printf '\nglobal:\n  membership:\n    maxJoinDuration: 30s\n    broadcastAddress: "127.0.0.1"\n\nservices:\n'
+    svc frontend $((PB + 20)) $((PB + 21)); printf '      httpPort: %s\n' $((PB + 28))
+    svc history $((PB + 22)) $((PB + 23))
+    svc matching $((PB + 24)) $((PB + 25))
+    svc worker $((PB + 26)) $((PB + 27))
+    cat <<EOF
+
+clusterMetadata:
+  enableGlobalNamespace: false
+  failoverVersionIncrement: 10
+  masterClusterName: "active"
+  currentClusterName: "active"
+  clusterInformation:
+    active:
+      enabled: true
+      initialFailoverVersion: 1
+      rpcName: "frontend"
+      rpcAddress: "127.0.0.1:$((PB + 20))"
+
+dcRedirectionPolicy:
+  policy: "noop"
+EOF
+  } >"$tw/temporal.yaml"
+  nohup "$bin/temporal-server" --config-file "$tw/temporal.yaml" --allow-no-auth start \
+    >"$work/logs/temporal-server.log" 2>&1 </dev/null &
+  local spid=$!
+  started+=($spid)
+  export TEMPORAL_ADDRESS=127.0.0.1:$((PB + 20)) TEMPORAL_NAMESPACE=default
+  if ! timeout 200 "$bin/temporal-bench" --workload setup --timeout 180 >"$work/logs/temporal-setup.log" 2>&1; then
+    peer_status temporal failed "the server did not accept workflows within 180 s: $(tail -n 3 "$work/logs/temporal-setup.log") $(tail -n 3 "$work/logs/temporal-server.log")"
+    stop_pid "$spid"
+    return
+  fi
+  local gover sdkver
+  gover=$(go version -m "$bin/temporal-server" 2>/dev/null | awk 'NR == 1 {print $2}')
+  sdkver=$(go version -m "$bin/temporal-bench" 2>/dev/null | awk '$2 == "go.temporal.io/sdk" {print $3}')
+  peer_status temporal ok "temporal-server $("$bin/temporal-server" --version 2>/dev/null | awk '{print $NF}') built with ${gover:-Go}, PostgreSQL persistence (postgres12 plugin) on the same PostgreSQL 15, 4 history shards, default dynamic configuration; workers on go.temporal.io/sdk ${sdkver:-?} in the driver's process"
+  local run w n args label
+  for run in warmup $(seq 1 "$ROUNDS") w2 w3; do
+    w=w1 n=$N1 args=() label=main
+    [ $run = warmup ] && n=$WARM label=warmup
+    [ $run = w2 ] && w=w2 n=$N2
+    [ $run = w3 ] && w=w3 n=$N3 args=(--window-ms "$W3MS" --lead-ms "$LEAD" --timeout 1200)
+    log "temporal $w n=$n ($label)"
+    load1
+    cpu_begin
+    timeout 1500 "$bin/temporal-bench" --workload $w --n "$n" --concurrency "$C" --timeout 600 --label $label --json "${args[@]}" \
+      >>"$results" 2>>"$work/logs/temporal-bench.err" || log "temporal $w incomplete"
+    [ $w = w1 ] && [ $label = main ] && cpu_end temporal
+  done
+  meta temporal_rss_kb "$(rss_kb "$spid")"
+  stop_pid "$spid"
+}
+run_temporal
 
 # ---- cost curves ------------------------------------------------------------------
 waiting_now() { psql_strand -c "SELECT count(*) FROM strand.instances WHERE status = 'waiting'"; }

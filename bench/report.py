@@ -44,7 +44,7 @@ def main():
     tables = {r["table"]: r for r in rows if "table" in r}
     fills = [r for r in rows if r.get("workload") == "fill"]
 
-    out = [BEGIN, "", "## Whole stack: strand-bench beside Restate and DBOS", ""]
+    out = [BEGIN, "", "## Whole stack: strand-bench beside Restate, DBOS and Temporal", ""]
     out.append(f"Produced by one run of `{command}` (tree `{meta.get('commit', '?')}`) from "
                f"{meta.get('started', '?')} to "
                f"{meta.get('finished', '?')} ({meta.get('host', '?')}; load average "
@@ -66,20 +66,22 @@ def main():
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     names = {"w1": "W1 3 steps, no waits", "w2": "W2 signal -> resume", "w3": "W3 timer lateness",
              "w4": "W4 human task round trip"}
-    order = {"strand": 0, "restate": 1, "dbos": 2}
+    order = {"strand": 0, "restate": 1, "dbos": 2, "temporal": 3}
 
     def rounds_note(r):
         rates = r["round_rates"]
         if len(rates) < 2:
             return ""
         return f" (median of {len(rates)} rounds: " + ", ".join(f"{x:,.1f}" for x in rates) + ")"
-    for r in sorted(main_runs, key=lambda r: (r["workload"], order.get(r["engine"], 9))):
+    # the timer workload W3 has a section of its own (below)
+    for r in sorted((r for r in main_runs if r["workload"] != "w3"),
+                    key=lambda r: (r["workload"], order.get(r["engine"], 9))):
         eng = r["engine"] + (f" ({r['variant']})" if r.get("variant") else "")
         out.append(f"| {eng} | {names.get(r['workload'], r['workload'])} | {r['n']:,} | "
                    f"{r['completed']:,} | {r['concurrency'] if r['workload'] != 'w3' else '-'} | "
                    f"{r['rate']:,.1f} {r['rate_unit']}{rounds_note(r)} | {fmt_ms(r['p50_ms'])} | {fmt_ms(r['p95_ms'])} | "
                    f"{fmt_ms(r['p99_ms'])} | {fmt_ms(r['max_ms'])} | {r.get('load_at_start', '-')} |")
-    for name in ("restate", "dbos"):
+    for name in ("restate", "dbos", "temporal"):
         p = peers.get(name)
         if p is None:
             out.append(f"| {name} | - | | | | not run | | | | | |")
@@ -143,6 +145,69 @@ def main():
         f"{k}: {v['status']} ({v['detail']})" for k, v in sorted(peers.items())) + ".")
     out.append("")
 
+    # durable timers, every engine, and Strand's while W1 runs
+    w3s = sorted((r for r in main_runs if r["workload"] == "w3"), key=lambda r: order.get(r["engine"], 9))
+    under = next((r for r in runs if r["workload"] == "w3" and r.get("label") == "under-w1"), None)
+    beside = [r for r in runs if r["workload"] == "w1" and r.get("label") == "w1-beside-w3"]
+    if w3s or under:
+        ref = (w3s or [under])[0]
+        out += [f"### Durable timers: {ref['n']:,} timers due evenly over {ref.get('window_ms', 0) / 1000:g} s", "",
+                "Each engine's own durable timer, one per workflow where the engine has workflows: "
+                "lateness = the engine's timestamp of the firing - the due time. Strand's timers are "
+                "written in SQL batches as the executor writes them, the first due 2 s + N/2 ms after "
+                "the start; the peers' are created through their APIs one workflow at a time, the first "
+                "due after a lead from the rate at which each driver could create timers on an untimed "
+                "probe (\"first due after\"; "
+                "\"started after due\" counts the timers whose creation still returned after they were "
+                "due: such a timer's lateness includes that).", "",
+                "| engine | firing timestamp | N | fired | first due after | started after due | p50 ms | p95 ms | p99 ms | max ms | load avg at its start |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        fired_by = {"strand": "`timers.fired_at`: the scheduler's firing transaction"}
+
+        def timer_row(name, r, by):
+            lead = r.get("lead_ms", 2000 + r["n"] / 2 if r["engine"] == "strand" else 0) / 1000
+            late = str(r.get("started_late", "-"))
+            if "timer_set_late" in r:  # Temporal: the workflow's first task set the timer after it was due
+                late += f"; timer set after due: {r['timer_set_late']:,}"
+            return (f"| {name} | {by} | {r['n']:,} | {r['completed']:,} | {lead:.1f} s | {late} | "
+                    f"{fmt_ms(r['p50_ms'])} | {fmt_ms(r['p95_ms'])} | {fmt_ms(r['p99_ms'])} | "
+                    f"{fmt_ms(r['max_ms'])} | {r.get('load_at_start', '-')} |")
+        for r in w3s:
+            out.append(timer_row(r["engine"], r, fired_by.get(r["engine"], r.get("fired_by", "?"))))
+            if "resumed_p99_ms" in r:
+                out.append(f"| {r['engine']} | the workflow ran again (`workflow.Now()` after the timer) | "
+                           f"{r['n']:,} | {r['completed']:,} | | | {fmt_ms(r['resumed_p50_ms'])} | | "
+                           f"{fmt_ms(r['resumed_p99_ms'])} | | |")
+        if under:
+            out.append(timer_row("strand, while W1 runs", under, fired_by["strand"]))
+        for name in ("restate", "dbos", "temporal"):
+            p = peers.get(name)
+            if p is not None and p["status"] == "ok" and not any(r["engine"] == name for r in w3s):
+                out.append(f"| {name} | - | | | | | did not complete: see the raw results | | | | |")
+        if under and beside:
+            rates = sorted(r["rate"] for r in beside)
+            p99s = sorted(r["p99_ms"] for r in beside)
+            out += ["", f"W1 beside that W3 ({beside[0]['concurrency']} clients, {len(beside)} W1 runs of "
+                    f"{beside[0]['n']:,} back to back from before the first timer was due until the last fired): "
+                    f"median {rates[(len(rates) - 1) // 2]:,.1f} inst/s ({rates[0]:,.1f}-{rates[-1]:,.1f}), "
+                    f"p99 median {fmt_ms(p99s[(len(p99s) - 1) // 2])} ms ({fmt_ms(p99s[0])}-{fmt_ms(p99s[-1])})."]
+        out.append("")
+
+    # the concurrency curve: W1 at 1 .. 256 clients
+    conc = sorted((r for r in runs if r["workload"] == "w1" and str(r.get("label", "")).startswith("conc-")),
+                  key=lambda r: r["concurrency"])
+    if conc:
+        out += ["### Concurrency curve: Strand's W1 by client count", "",
+                "W1 (closed loop: each client has one workflow in flight) at each client count, "
+                "at least 8 instances per client, one run each, after the main workloads.", "",
+                "| clients | N | completed | inst/s | p50 ms | p95 ms | p99 ms | max ms | load avg at its start |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in conc:
+            out.append(f"| {r['concurrency']} | {r['n']:,} | {r['completed']:,} | {r['rate']:,.1f} | "
+                       f"{fmt_ms(r['p50_ms'])} | {fmt_ms(r['p95_ms'])} | {fmt_ms(r['p99_ms'])} | "
+                       f"{fmt_ms(r['max_ms'])} | {r.get('load_at_start', '-')} |")
+        out.append("")
+
     # targets
     def get(engine, w):
         return next((r for r in main_runs if r["engine"] == engine and r["workload"] == w), None)
@@ -169,6 +234,9 @@ def main():
     if s3:
         out.append(f"| W3 p99 lateness under 50 ms | {fmt_ms(s3['p99_ms'])} ms over {s3['n']:,} timers | "
                    f"{'yes' if s3['p99_ms'] < 50 else 'no'} |")
+    if under:
+        out.append(f"| W3 p99 lateness at most 100 ms while W1 runs | {fmt_ms(under['p99_ms'])} ms over "
+                   f"{under['n']:,} timers | {'yes' if under['p99_ms'] <= 100 else 'no'} |")
     pts = [c for c in curve if c["curve"].startswith("waiting-")]
     if len(pts) >= 2:
         lo, hi = pts[0], pts[-1]

@@ -1,6 +1,7 @@
-"""DBOS Transact (Python) equivalents of strand-bench W1 and W2, measured the same way.
+"""DBOS Transact (Python) equivalents of strand-bench W1, W2 and W3, measured the same way.
 
-  python bench.py --workload w1|w2 --n N --concurrency C [--timeout S] [--json]
+  python bench.py --workload w1|w2|w3 --n N --concurrency C [--timeout S] [--json]
+                  [--window-ms MS] [--lead-ms MS]
 
 Needs DBOS_SYSTEM_DATABASE_URL (a PostgreSQL database of the strand stack; DBOS creates
 its schema there). The workflows run in this process, as DBOS applications do.
@@ -12,6 +13,11 @@ W2: N workflows wait in DBOS.recv("go"); once all have reached the wait, C threa
 the messages with DBOS.send. Latency: client send -> timestamp taken right after recv
 returns (the workflow then completes). --async runs the same workflows as async
 functions on one event loop (W2: DBOS.recv_async) instead of a thread per call.
+W3: N async workflows each sleep on a durable timer (DBOS.sleep_async, which checkpoints
+its wake-up time) due evenly over --window-ms starting --lead-ms from now (default: from
+a probe of the start rate); lateness: the
+time taken right after the sleep returned - due time. (Always async: a sleeping sync
+workflow holds a thread.)
 """
 import argparse
 import asyncio
@@ -102,19 +108,31 @@ async def w2_flow_async() -> dict:
     return {"got": v, "t_resumed": now_ms()}
 
 
+@DBOS.workflow()
+async def t3_flow(due_ms: float) -> dict:
+    # the duration is computed once: DBOS.sleep_async checkpoints the wake-up time on its
+    # first call, so a recovered workflow sleeps until the same time
+    t_set = now_ms()
+    await DBOS.sleep_async(max(0.001, (due_ms - t_set) / 1000.0))
+    return {"t_fired": now_ms(), "t_set": t_set}
+
+
 def pct(v, p):
     if not v:
         return 0.0
     return v[int(p * (len(v) - 1) + 0.5)]
 
 
-def report(args, what, unit, lat, rate):
+def report(args, what, unit, lat, rate, extra=None):
     lat.sort()
     row = {"engine": "dbos", "workload": args.workload, "label": args.label, "n": args.n,
            "completed": len(lat), "concurrency": args.concurrency, "rate": round(rate, 1),
            "rate_unit": unit, "p50_ms": round(pct(lat, .5), 2), "p95_ms": round(pct(lat, .95), 2),
            "p99_ms": round(pct(lat, .99), 2), "max_ms": round(lat[-1] if lat else 0, 2),
            "variant": "async" if args.use_async else "threads"}
+    if args.workload == "w3":
+        del row["variant"]
+    row.update(extra or {})
     if args.json:
         print(json.dumps(row), flush=True)
     else:
@@ -233,9 +251,61 @@ async def run_w2_async(args, deadline):
     return len(lat) == args.n
 
 
+async def run_w3(args, deadline):
+    tag = uuid.uuid4().hex[:8]
+    sem = asyncio.Semaphore(args.concurrency)
+    lead, probe_rate = args.lead_ms, 0.0
+    if lead <= 0:
+        # the lead leaves time to start every timer before it is due: 2 s + 1.5 x N / the
+        # rate of an untimed probe of min(100, max(10, N/20)) timers due at once, each
+        # started and awaited to its end
+        probe = min(100, max(10, args.n // 20))
+
+        async def start_probe(i):
+            async with sem:
+                with SetWorkflowID(f"t3-{tag}-probe-{i}"):
+                    h = await DBOS.start_workflow_async(t3_flow, now_ms())
+                await h.get_result()
+        t0 = now_ms()
+        await asyncio.gather(*(start_probe(i) for i in range(probe)))
+        probe_rate = probe / max((now_ms() - t0) / 1000.0, 0.001)
+        lead = 2000 + int(1.5 * args.n / probe_rate * 1000)
+    base = now_ms() + lead
+    due = [base + i * args.window_ms / args.n for i in range(args.n)]
+    handles = [None] * args.n
+    late = 0
+
+    async def start(i):
+        nonlocal late
+        async with sem:
+            if time.time() > deadline:
+                return
+            with SetWorkflowID(f"t3-{tag}-{i}"):
+                handles[i] = await DBOS.start_workflow_async(t3_flow, due[i])
+            if now_ms() > due[i]:
+                late += 1
+
+    await asyncio.gather(*(start(i) for i in range(args.n)))
+    if late:
+        print(f"{late} of {args.n} timers were started after they were due (raise --lead-ms)", file=sys.stderr)
+    lat, set_late = [], 0
+    for i, h in enumerate(handles):
+        if h is None or deadline - time.time() <= 0:
+            continue
+        r = await h.get_result()
+        lat.append(r["t_fired"] - due[i])
+        set_late += r["t_set"] > due[i]
+    report(args, "durable sleep lateness (after sleep - due)", "timers/s", lat,
+           args.n * 1000.0 / args.window_ms,
+           {"window_ms": args.window_ms, "lead_ms": lead, "started_late": late, "timer_set_late": set_late,
+            "probe_starts_per_s": round(probe_rate, 1),
+            "fired_by": "time taken right after DBOS.sleep_async returned"})
+    return len(lat) == args.n
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", choices=["w1", "w2"], required=True)
+    ap.add_argument("--workload", choices=["w1", "w2", "w3"], required=True)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--timeout", type=int, default=300)
@@ -243,6 +313,9 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--async", dest="use_async", action="store_true",
                     help="async workflows and steps on one event loop (W2: recv_async) instead of threads")
+    ap.add_argument("--window-ms", type=int, default=20000, help="w3: timers due evenly over this window")
+    ap.add_argument("--lead-ms", type=int, default=0,
+                    help="w3: the first timer is due this long after the start (0: from a probe of the start rate)")
     args = ap.parse_args()
     url = os.environ.get("DBOS_SYSTEM_DATABASE_URL")
     if not url:
@@ -254,7 +327,9 @@ def main():
     DBOS.launch()
     deadline = time.time() + args.timeout
     try:
-        if args.workload == "w1" and args.use_async:
+        if args.workload == "w3":
+            ok = asyncio.run(run_w3(args, deadline))
+        elif args.workload == "w1" and args.use_async:
             ok = asyncio.run(run_w1_async(args, deadline))
         elif args.workload == "w1":
             ok = run_w1(args, deadline)

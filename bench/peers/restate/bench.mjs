@@ -1,6 +1,7 @@
-// Driver for the Restate W1/W2 (bench/peers/restate/service.mjs) through the Restate
+// Driver for the Restate W1/W2/W3 (bench/peers/restate/service.mjs) through the Restate
 // ingress, measured the same way as strand-bench:
-//   node bench.mjs --workload w1|w2 --n N --concurrency C [--timeout S] [--json]
+//   node bench.mjs --workload w1|w2|w3 --n N --concurrency C [--timeout S] [--json]
+//                  [--window-ms MS] [--lead-ms MS]
 // Env: RESTATE_INGRESS (http://127.0.0.1:8080), RESTATE_ADMIN (http://127.0.0.1:9070).
 // W1: C clients call POST /w1/<key>/run (request/response); latency: client send ->
 //     the time taken at the end of the workflow's last step; rate: completed /
@@ -8,6 +9,9 @@
 // W2: submit N workflows (POST /w2/<key>/run/send), wait until the server reports all
 //     of them suspended on the promise, then C clients call POST /w2/<key>/go; latency:
 //     client send -> the time taken when the workflow resumed (read with .../attach).
+// W3: C clients submit N workflows (POST /t3/<key>/run/send), each sleeping on a durable
+//     timer (ctx.sleep) due evenly over --window-ms starting --lead-ms (default: from a
+//     probe of the submit rate) after the first submit; lateness: the time taken right after the sleep returned - due time.
 import { Agent, setGlobalDispatcher } from "undici";
 
 const args = Object.fromEntries(
@@ -41,11 +45,11 @@ async function pool(count, fn) {
 
 function pct(v, p) { return v.length ? v[Math.floor(p * (v.length - 1) + 0.5)] : 0; }
 
-function report(unit, what, lat, rate) {
+function report(unit, what, lat, rate, extra = {}) {
   lat.sort((a, b) => a - b);
   const row = { engine: "restate", workload, label: args.label || "", n, completed: lat.length, concurrency: conc,
     rate: Math.round(rate * 10) / 10, rate_unit: unit, p50_ms: pct(lat, .5), p95_ms: pct(lat, .95),
-    p99_ms: pct(lat, .99), max_ms: lat.length ? lat[lat.length - 1] : 0 };
+    p99_ms: pct(lat, .99), max_ms: lat.length ? lat[lat.length - 1] : 0, ...extra };
   if (args.json) console.log(JSON.stringify(row));
   else {
     console.log(`${workload} ${what} n=${n} completed=${lat.length} concurrency=${conc}`);
@@ -99,8 +103,44 @@ if (workload === "w1") {
   });
   const [lat, rate] = summarize(sends, ends);
   ok = report("resumes/s", "promise resolved -> workflow resumed", lat, rate);
+} else if (workload === "w3") {
+  // the lead leaves time to submit every timer before it is due: --lead-ms, or 2 s +
+  // 1.5 x N / the rate of an untimed probe of min(100, max(10, N/20)) timers due at once,
+  // each submitted and awaited to its end
+  const windowMs = Number(args["window-ms"] || 20000);
+  let leadMs = Number(args["lead-ms"] || 0), probeRate = 0;
+  if (leadMs <= 0) {
+    const probe = Math.min(100, Math.max(10, Math.floor(n / 20))), t0 = Date.now();
+    await pool(probe, async (i) => {
+      await post(`${ingress}/t3/${tag}-probe-${i}/run/send`, { due: Date.now() });
+      await fetch(`${ingress}/restate/workflow/t3/${tag}-probe-${i}/attach`).then((r) => r.text());
+    });
+    probeRate = probe / Math.max((Date.now() - t0) / 1000, 0.001);
+    leadMs = 2000 + Math.round(1.5 * n / probeRate * 1000);
+  }
+  const base = Date.now() + leadMs, due = Array.from({ length: n }, (_, i) => base + i * windowMs / n);
+  const fired = new Array(n).fill(0);
+  let late = 0, setLate = 0;
+  await pool(n, async (i) => {
+    await post(`${ingress}/t3/${tag}-${i}/run/send`, { due: due[i] });
+    if (Date.now() > due[i]) late++;
+  });
+  if (late) console.error(`${late} of ${n} timers were submitted after they were due (raise --lead-ms)`);
+  const wait = base + windowMs - Date.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await pool(n, async (i) => {
+    const r = await fetch(`${ingress}/restate/workflow/t3/${tag}-${i}/attach`);
+    if (!r.ok) return;
+    const out = await r.json();
+    fired[i] = out.t_fired;
+    if (out.t_set > due[i]) setLate++;
+  });
+  const lat = [];
+  fired.forEach((f, i) => { if (f > 0) lat.push(f - due[i]); });
+  ok = report("timers/s", "durable sleep lateness (after sleep - due)", lat, n * 1000 / windowMs,
+    { window_ms: windowMs, lead_ms: leadMs, started_late: late, timer_set_late: setLate, probe_starts_per_s: Math.round(probeRate * 10) / 10, fired_by: "time taken right after ctx.sleep returned" });
 } else {
-  console.error("--workload w1|w2");
+  console.error("--workload w1|w2|w3");
   process.exit(2);
 }
 process.exit(ok ? 0 : 1);

@@ -5,6 +5,8 @@
 //       time taken at the end of the last step.
 //   w2: a workflow that awaits the durable promise "go"; the shared handler `go`
 //       resolves it (the external signal). Returns the time taken right after it resumed.
+//   t3: a workflow that sleeps on a durable timer (ctx.sleep) until the due time in its
+//       input, then returns the time taken right after the sleep returned.
 import * as restate from "@restatedev/restate-sdk";
 
 const w1 = restate.workflow({
@@ -32,5 +34,16 @@ const w2 = restate.workflow({
   },
 });
 
+const t3 = restate.workflow({
+  name: "t3",
+  handlers: {
+    run: async (ctx, input) => {
+      const now = await ctx.date.now();
+      await ctx.sleep(Math.max(1, input.due - now));
+      return await ctx.run("fired", () => ({ t_fired: Date.now(), t_set: now }));
+    },
+  },
+});
+
 const port = Number(process.env.RESTATE_SERVICE_PORT || 9080);
-restate.endpoint().bind(w1).bind(w2).listen(port);
+restate.endpoint().bind(w1).bind(w2).bind(t3).listen(port);
