@@ -39,6 +39,7 @@ static const char *const sql_instance_list =
     "   AND ($4::bigint IS NULL OR (created_at, id) < (to_timestamp($4::bigint / 1000000.0), $5::uuid))"
     "   AND ($7::timestamptz IS NULL OR created_at >= $7::timestamptz)"
     "   AND ($8::timestamptz IS NULL OR created_at < $8::timestamptz)"
+    "   AND ($9::int IS NULL OR definition_version = $9::int)"
     " ORDER BY created_at DESC, id DESC LIMIT $6";
 
 #define MAX_PAGE 500
@@ -463,6 +464,14 @@ static void handle_list(st_http_req_t *req, void *ctx)
         st_api_reply(req, &answer);
         return;
     }
+    const char *version = st_http_query(req, "version");
+    if (version != NULL && (version[0] == '\0' || strlen(version) > 9 ||
+                            strspn(version, "0123456789") != strlen(version) || atoi(version) < 1)) {
+        st_answer_problem(&answer, 400, "invalid_version", "version must be a positive integer",
+                          "/version", NULL);
+        st_api_reply(req, &answer);
+        return;
+    }
     /* cursor = "<created_at in microseconds>_<id>" of the last item of the previous page */
     const char *cursor = st_http_query(req, "cursor");
     char cursor_ts[24] = "", cursor_id[37] = "";
@@ -488,10 +497,10 @@ static void handle_list(st_http_req_t *req, void *ctx)
     const char *params[] = {st_http_query(req, "definition"), st_http_query(req, "status"),
                             st_http_query(req, "business_ref"),
                             cursor ? cursor_ts : NULL, cursor ? cursor_id : NULL, limit_param,
-                            after, before};
+                            after, before, version};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_instance_list, 8, params, &res, &eb);
+    st_err_t err = st_pg_exec(conn, sql_instance_list, 9, params, &res, &eb);
     if (err != ST_OK) {
         st_answer_error(&answer, err, &eb);
         st_api_reply(req, &answer);

@@ -77,8 +77,7 @@ function InstanceList({ loc }) {
   const [list, page, reload] = usePaged(async (cursor) => {
     const r = await api('GET', '/v1/instances' + qs({ ...filter, limit: 50, cursor }));
     if (!r.ok) return { ok: false, error: problemText(r) };
-    const items = filter.version ? r.data.items.filter((i) => String(i.definition.version) === filter.version) : r.data.items;
-    return { ok: true, items, next: r.data.next_cursor };
+    return { ok: true, items: r.data.items, next: r.data.next_cursor };
   }, [key]);
   const apply = (e) => {
     e.preventDefault();
