@@ -4,10 +4,11 @@
  * history, calls, buffered signals, work events and ACKs by cascade; timers,
  * processed-signal records and start idempotency keys explicitly), dead letters
  * that were replayed or discarded before the cutoff, and notices older than the
- * cutoff or than STRAND_NOTICE_RETENTION_S, whichever is more recent. Running and
- * waiting instances and open dead letters are never touched. One transaction per run,
- * at most `limit` instances and `limit` notices; `more` says whether another run has
- * work left. A run that deletes (not a dry run) writes an audit row.
+ * cutoff or than STRAND_NOTICE_RETENTION_S, whichever is more recent, and batch jobs
+ * that ended before the cutoff (with their items). Running and waiting instances,
+ * running batches and open dead letters are never touched. One transaction per run,
+ * at most `limit` instances, `limit` notices and `limit` batches; `more` says whether
+ * another run has work left. A run that deletes (not a dry run) writes an audit row.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "api.h"
 #include "strand/audit.h"
+#include "strand/batch.h"
 #include "strand/dedup.h"
 #include "strand/instance_store.h"
 #include "strand/notice.h"
@@ -45,14 +47,20 @@ static const char *const sql_retention_run =
     " aged AS (SELECT id FROM strand.notices WHERE at < now() - make_interval(secs =>"
     "   least($1::bigint, $4::bigint)) ORDER BY at LIMIT $2::int + 1),"
     " notice_batch AS (SELECT id FROM aged LIMIT $2::int),"
-    " del_notices AS (" ST_NOTICE_PURGE_SQL("notice_batch", "$3::boolean") ")"
+    " del_notices AS (" ST_NOTICE_PURGE_SQL("notice_batch", "$3::boolean") "),"
+    " ended_jobs AS (SELECT id FROM strand.batch_jobs WHERE ended_at IS NOT NULL"
+    "   AND ended_at < now() - make_interval(secs => $1::bigint) ORDER BY ended_at LIMIT $2::int + 1),"
+    " job_batch AS (SELECT id FROM ended_jobs LIMIT $2::int),"
+    " del_jobs AS (" ST_BATCH_PURGE_SQL("job_batch", "$3::boolean") ")"
     " SELECT (SELECT count(*) FROM batch),"
-    " (SELECT count(*) FROM victims) > $2::int OR (SELECT count(*) FROM aged) > $2::int,"
+    " (SELECT count(*) FROM victims) > $2::int OR (SELECT count(*) FROM aged) > $2::int"
+    "   OR (SELECT count(*) FROM ended_jobs) > $2::int,"
     " (SELECT count(*) FROM letters), (SELECT count(*) FROM del_timers),"
     " (SELECT count(*) FROM del_processed), (SELECT count(*) FROM del_requests),"
     " (SELECT count(*) FROM del_instances), (SELECT count(*) FROM del_letters),"
     " now() - make_interval(secs => $1::bigint), (SELECT count(*) FROM notice_batch),"
-    " (SELECT count(*) FROM del_notices)";
+    " (SELECT count(*) FROM del_notices), (SELECT count(*) FROM job_batch),"
+    " (SELECT count(*) FROM del_jobs)";
 
 /* Reads a non-negative integer field; returns 0 and answers 400 if it is malformed. */
 static int int_field(const json_t *args, const char *key, long long min, long long max,
@@ -121,10 +129,11 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *u
         err = st_pg_exec(conn, sql_retention_run, 4, params, &res, &eb);
     if (err == ST_OK && !json_is_true(dry)) {
         json_t *detail = json_pack(
-            "{s:I, s:I, s:{s:I, s:I, s:I}}", "older_than_s", (json_int_t)atoll(age), "limit",
+            "{s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "older_than_s", (json_int_t)atoll(age), "limit",
             (json_int_t)limit, "deleted", "instances", (json_int_t)atoll(PQgetvalue(res, 0, 6)),
             "dead_letters", (json_int_t)atoll(PQgetvalue(res, 0, 7)), "notices",
-            (json_int_t)atoll(PQgetvalue(res, 0, 10)));
+            (json_int_t)atoll(PQgetvalue(res, 0, 10)), "batches",
+            (json_int_t)atoll(PQgetvalue(res, 0, 12)));
         st_audit_entry_t entry = {who->name, "retention_run", "applied", NULL, NULL, NULL, NULL,
                                   detail};
         err = st_audit_add_tx(conn, &entry, &eb);
@@ -139,20 +148,22 @@ void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *u
         return;
     }
     json_t *body = json_pack(
-        "{s:b, s:o, s:I, s:b, s:I, s:I}", "dry_run", json_is_true(dry), "cutoff",
+        "{s:b, s:o, s:I, s:b, s:I, s:I, s:I}", "dry_run", json_is_true(dry), "cutoff",
         st_api_time_json(res, 0, 8), "instances", (json_int_t)atoll(PQgetvalue(res, 0, 0)),
         "more", strcmp(PQgetvalue(res, 0, 1), "t") == 0, "dead_letters",
         (json_int_t)atoll(PQgetvalue(res, 0, 2)), "notices",
-        (json_int_t)atoll(PQgetvalue(res, 0, 9)));
+        (json_int_t)atoll(PQgetvalue(res, 0, 9)), "batches",
+        (json_int_t)atoll(PQgetvalue(res, 0, 11)));
     if (!json_is_true(dry))
         json_object_set_new(body, "deleted",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "instances",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "instances",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 6)), "timers",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 3)), "processed_signals",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 4)), "requests",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 5)), "dead_letters",
                                       (json_int_t)atoll(PQgetvalue(res, 0, 7)), "notices",
-                                      (json_int_t)atoll(PQgetvalue(res, 0, 10))));
+                                      (json_int_t)atoll(PQgetvalue(res, 0, 10)), "batches",
+                                      (json_int_t)atoll(PQgetvalue(res, 0, 12))));
     PQclear(res);
     st_answer_set(out, 200, body);
 }

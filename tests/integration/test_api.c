@@ -943,6 +943,19 @@ static void test_retention(void)
              flow);
     long long ended = it_sql_number(sql);
     CU_ASSERT_TRUE(ended >= 3);   /* completed, terminated, cancelled */
+    /* An ended batch job (it selected nothing: completed at once), backdated too: the
+     * retention run purges it with its items (they used to be kept for ever). */
+    json_t *job = NULL;
+    char body[200];
+    snprintf(body, sizeof body, "{\"filter\":{\"business_ref\":\"none-%s\"},\"action\":\"cancel\"}", flow);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/batches", body, &job), 201);
+    char job_path[128];
+    snprintf(job_path, sizeof job_path, "/v1/batches/%s", json_string_value(json_object_get(job, "id")) ?: "");
+    char job_sql[300];
+    snprintf(job_sql, sizeof job_sql, "UPDATE strand.batch_jobs SET ended_at = now() - interval '40 days'"
+             " WHERE id = '%s' AND ended_at IS NOT NULL", json_string_value(json_object_get(job, "id")) ?: "");
+    CU_ASSERT_TRUE(it_sql_exec(job_sql));
+    json_decref(job);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'", flow);
     long long before = it_sql_number(sql);
     expect_problem(T_ADMIN, "POST", "/v1/retention/run", "{}", 400, "invalid_field", "/older_than_days");
@@ -958,15 +971,18 @@ static void test_retention(void)
     json_decref(a);
     CU_ASSERT_EQUAL(it_sql_number(sql), before);   /* a dry run deletes nothing */
     int more = 1;
-    long long deleted = 0;
+    long long deleted = 0, deleted_batches = 0;
     for (int i = 0; i < 100 && more; i++) {
         CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/retention/run", "{\"older_than_days\":30,\"limit\":2}", &a), 200);
         deleted += json_integer_value(json_object_get(json_object_get(a, "deleted"), "instances"));
+        deleted_batches += json_integer_value(json_object_get(json_object_get(a, "deleted"), "batches"));
         more = json_is_true(json_object_get(a, "more"));
         json_decref(a);
     }
     CU_ASSERT_TRUE(deleted >= ended);
     CU_ASSERT_EQUAL(it_sql_number(sql), before - ended);
+    CU_ASSERT_TRUE(deleted_batches >= 1);
+    expect_problem(T_ADMIN, "GET", job_path, NULL, 404, "batch_not_found", NULL);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks t JOIN strand.instances i ON i.id = t.instance_id"
              " WHERE i.definition_name = '%s' AND i.ended_at IS NOT NULL", flow);
     CU_ASSERT_EQUAL(it_sql_number(sql), 0);

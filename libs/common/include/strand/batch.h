@@ -101,4 +101,11 @@ st_err_t st_batch_progress_tx(PGconn *conn, const char *job_id, int done, int fa
 /* Number of running jobs, or -1 on a database error. */
 long long st_batch_running_count(PGconn *conn);
 
+/* One CTE body for the retention run's one statement (api retention.c): deletes the
+ * batch jobs whose ids the CTE `jobs` names (their items go by cascade), unless `dry`
+ * (an SQL boolean) is true. Returns 1 per job. */
+#define ST_BATCH_PURGE_SQL(jobs, dry)                                                       \
+    "DELETE FROM strand.batch_jobs b USING " jobs " j WHERE NOT " dry                       \
+    " AND b.id = j.id RETURNING 1"
+
 #endif
