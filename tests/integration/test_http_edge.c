@@ -245,6 +245,9 @@ static void test_problems(void)
     CU_ASSERT_EQUAL(status_of(ans), 204);
     CU_ASSERT_PTR_NOT_NULL(strstr(ans, "\r\nAllow: POST, GET, OPTIONS\r\n"));
     CU_ASSERT_PTR_NULL(strstr(ans, "<HTML>"));
+    /* the status line's reason phrase is the status's own (it said "Client Error" for
+     * every 2xx) */
+    CU_ASSERT_EQUAL(strncmp(ans, "HTTP/1.1 204 No Content\r\n", strlen("HTTP/1.1 204 No Content\r\n")), 0);
     free(ans);
     /* A bad Content-Length. */
     static const char badcl[] = "POST /v1/instances HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n";

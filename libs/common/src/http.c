@@ -610,6 +610,11 @@ void st_http_reply_json(st_http_req_t *req, int status, json_t *body)
 const char *st_http_status_title(int status)
 {
     switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
@@ -631,7 +636,8 @@ const char *st_http_status_title(int status)
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
-    default: return status >= 500 ? "Server Error" : "Client Error";
+    default: return status >= 500 ? "Server Error" : status >= 400 ? "Client Error"
+                  : status >= 300 ? "Redirection" : "Success";
     }
 }
 
