@@ -537,3 +537,31 @@ void it_start_api_executor(const char *auth_file)
         unlink(auth_file);
     CU_ASSERT_FATAL(ready);
 }
+
+int it_strandctl(const char *token, const char *args, char **out)
+{
+    char cmd[2048], url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
+    setenv("STRAND_API_URL", url, 1);
+    if (token)
+        setenv("STRAND_API_TOKEN", token, 1);
+    else
+        unsetenv("STRAND_API_TOKEN");
+    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
+    FILE *p = popen(cmd, "r");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char chunk[4096];
+    size_t n;
+    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        fwrite(chunk, 1, n, mem);
+    if (mem != NULL)
+        fclose(mem);
+    int status = p ? pclose(p) : -1;
+    if (out != NULL)
+        *out = text ? text : strdup("");
+    else
+        free(text);
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}

@@ -24,6 +24,10 @@ int it_init(const char *test_name);
 /* The topic prefix this test's services use, and the build directory. Borrowed. */
 const char *it_topic_prefix(void);
 const char *it_bin_dir(void);
+/* Runs the built strandctl against this test's API (STRAND_API_URL) with `args` (shell
+ * words) and bearer `token` (NULL: none); returns its exit status (-1 if it did not
+ * run) and, when `out` is not NULL, its stdout and stderr in *out (caller frees). */
+int it_strandctl(const char *token, const char *args, char **out);
 
 /* HTTP port of a service. */
 int it_port(it_service_t svc);

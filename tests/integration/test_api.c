@@ -854,82 +854,55 @@ static void test_ingress_authorisation(void)
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
 }
 
-/* Runs strandctl with `args` (token from `token`, NULL for none); returns its exit
- * status and its stdout+stderr in *out (caller frees). */
-static int strandctl(const char *token, const char *args, char **out)
-{
-    char cmd[1024], url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
-    setenv("STRAND_API_URL", url, 1);
-    if (token)
-        setenv("STRAND_API_TOKEN", token, 1);
-    else
-        unsetenv("STRAND_API_TOKEN");
-    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
-    FILE *p = popen(cmd, "r");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    char chunk[4096];
-    size_t n;
-    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        fwrite(chunk, 1, n, mem);
-    if (mem != NULL)
-        fclose(mem);
-    int status = p ? pclose(p) : -1;
-    *out = text ? text : strdup("");
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* strandctl reaches the routes, prints problems, and exits 0/1/2/3. */
 static void test_strandctl(void)
 {
     char args[512], *out = NULL;
     snprintf(args, sizeof args, "--json definitions get %s 1", flow);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, args, &out), 0);
     json_error_t jerr;
     json_t *doc = json_loads(out, 0, &jerr);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(doc, "name")) ?: "", flow);
     json_decref(doc);
     free(out);
     snprintf(args, sizeof args, "definitions diagram %s 1", flow);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, args, &out), 0);
     CU_ASSERT_TRUE(xml_well_formed(out));
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "step&#45;approve"));
     free(out);
     snprintf(args, sizeof args, "instances list --definition %s --business-ref batch-h7 --created-after 2000-01-01", flow);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, args, &out), 0);
     int lines = 0;
     for (const char *c = out; *c; c++)
         lines += *c == '\n';
     CU_ASSERT_EQUAL(lines, 3);
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_ADMIN, "--json retention run --older-than-days 36500 --dry-run true", &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_ADMIN, "--json retention run --older-than-days 36500 --dry-run true", &out), 0);
     doc = json_loads(out, 0, &jerr);
     CU_ASSERT_TRUE(json_is_true(json_object_get(doc, "dry_run")));
     json_decref(doc);
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "retention run --older-than-days 1", &out), 1);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "retention run --older-than-days 1", &out), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "error 403 forbidden"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "instances get 00000000-0000-4000-8000-000000000000", &out), 1);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "instances get 00000000-0000-4000-8000-000000000000", &out), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "error 404 instance_not_found"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "instances list --created-before tomorrow", &out), 1);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "instances list --created-before tomorrow", &out), 1);
     CU_ASSERT_TRUE(strstr(out, "invalid_time") != NULL && strstr(out, "/created_before") != NULL);
     free(out);
-    CU_ASSERT_EQUAL(strandctl(NULL, "definitions list", &out), 1);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, "definitions list", &out), 1);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "error 401 unauthenticated"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "definitions schema", &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "definitions schema", &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "Strand workflow definition"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "metrics", &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "metrics", &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "strand_http_requests_total"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "no-such-command", &out), 2);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "no-such-command", &out), 2);
     free(out);
-    CU_ASSERT_EQUAL(strandctl(T_CAROL, "--api http://127.0.0.1:1 health", &out), 3);
+    CU_ASSERT_EQUAL(it_strandctl(T_CAROL, "--api http://127.0.0.1:1 health", &out), 3);
     free(out);
 }
 

@@ -408,36 +408,13 @@ static void test_cancel_a_job(void)
     CU_ASSERT_EQUAL(it_sql_number(sql), 2);   /* batch_create and batch_cancel */
 }
 
-/* Runs strandctl with `args`; returns its exit status and its output in *out (caller
- * frees). */
-static int strandctl(const char *args, char **out)
-{
-    char cmd[1024], url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
-    setenv("STRAND_API_URL", url, 1);
-    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
-    FILE *p = popen(cmd, "r");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    char chunk[4096];
-    size_t n;
-    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        fwrite(chunk, 1, n, mem);
-    if (mem != NULL)
-        fclose(mem);
-    int status = p ? pclose(p) : -1;
-    *out = text ? text : strdup("");
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* strandctl batch create/list/get/cancel reach the routes. */
 static void test_strandctl(void)
 {
     char args[512], *out = NULL;
     snprintf(args, sizeof args, "--json batch create signal --definition %s --version 1 --status waiting"
              " --business-ref ref-y --name go --payload '{\"v\":1}' --reason ctl", def_a);
-    CU_ASSERT_EQUAL(strandctl(args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, &out), 0);
     json_error_t jerr;
     json_t *job = json_loads(out, 0, &jerr);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(job, "total")), 2);   /* a1[2], a1[3] */
@@ -449,19 +426,19 @@ static void test_strandctl(void)
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(job, "done")), 2);
     json_decref(job);
     snprintf(args, sizeof args, "batch get %s", id);
-    CU_ASSERT_EQUAL(strandctl(args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "completed"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl("batch list --limit 1", &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, "batch list --limit 1", &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, id));
     free(out);
     snprintf(args, sizeof args, "batch cancel %s", id);
-    CU_ASSERT_EQUAL(strandctl(args, &out), 1);   /* 409: it has ended */
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, &out), 1);   /* 409: it has ended */
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "batch_ended"));
     free(out);
-    CU_ASSERT_EQUAL(strandctl("batch create explode --definition x", &out), 1);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, "batch create explode --definition x", &out), 1);
     free(out);
-    CU_ASSERT_EQUAL(strandctl("batch frobnicate", &out), 2);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, "batch frobnicate", &out), 2);
     free(out);
     snprintf(args, sizeof args, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
              " AND status = 'completed' AND output->>'v' = '1'", def_a);

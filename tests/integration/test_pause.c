@@ -909,30 +909,6 @@ static void test_bad_input_changes_nothing(void)
     free(id);
 }
 
-/* Runs strandctl with `args` and `token`; returns its exit status and its output in
- * *out (caller frees). */
-static int strandctl(const char *token, const char *args, char **out)
-{
-    char cmd[1024], url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
-    setenv("STRAND_API_URL", url, 1);
-    setenv("STRAND_API_TOKEN", token, 1);
-    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
-    FILE *p = popen(cmd, "r");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    char chunk[4096];
-    size_t n;
-    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        fwrite(chunk, 1, n, mem);
-    if (mem != NULL)
-        fclose(mem);
-    int status = p ? pclose(p) : -1;
-    *out = text ? text : strdup("");
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* strandctl's subcommands: instances pause/resume/rewind, definitions pause/resume. */
 static void test_strandctl(void)
 {
@@ -941,33 +917,33 @@ static void test_strandctl(void)
     CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
     char args[400], *out = NULL;
     snprintf(args, sizeof args, "instances pause %s", id);
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 2);   /* --expected-version is required */
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 2);   /* --expected-version is required */
     free(out);
     snprintf(args, sizeof args, "instances pause %s --expected-version %lld --reason 'look first'", id,
              version_of(id));
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "accepted"));
     free(out);
     CU_ASSERT_TRUE(wait_status(id, "paused", 30));
     snprintf(args, sizeof args, "instances resume %s --expected-version %lld", id, version_of(id));
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 0);
     free(out);
     CU_ASSERT_TRUE(wait_status(id, "waiting", 30));
     send_signal(id, "go", "{}");
     CU_ASSERT_TRUE(wait_waiting(id, 2, 30));
     snprintf(args, sizeof args, "instances rewind %s --expected-version %lld --to-version 1", id, version_of(id));
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 0);
     free(out);
     CU_ASSERT_EQUAL(wait_history(id, "rewound", 1, 30), 1);
     snprintf(args, sizeof args, "instances rewind %s --expected-version 99 --to-version 1", id);
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 1);   /* 409 version_mismatch */
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 1);   /* 409 version_mismatch */
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "version_mismatch"));
     free(out);
     snprintf(args, sizeof args, "definitions pause %s 1", hold);
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 0);
     free(out);
     snprintf(args, sizeof args, "definitions resume %s 1", hold);
-    CU_ASSERT_EQUAL(strandctl(T_OPS, args, &out), 0);
+    CU_ASSERT_EQUAL(it_strandctl(T_OPS, args, &out), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(out, "instances_drained"));
     free(out);
     free(id);

@@ -155,35 +155,11 @@ static void terminate(const char *id)
     wait_status(id, "terminated");
 }
 
-/* Runs strandctl with `args` and `token`; returns its exit status and its stdout+stderr
- * in *out (caller frees). */
-static int strandctl(const char *token, const char *args, char **out)
-{
-    char cmd[1024], url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", it_port(IT_API));
-    setenv("STRAND_API_URL", url, 1);
-    setenv("STRAND_API_TOKEN", token, 1);
-    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl %s 2>&1", it_bin_dir(), args);
-    FILE *p = popen(cmd, "r");
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
-    char chunk[4096];
-    size_t n;
-    while (p != NULL && mem != NULL && (n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        fwrite(chunk, 1, n, mem);
-    if (mem != NULL)
-        fclose(mem);
-    int status = p ? pclose(p) : -1;
-    *out = text ? text : strdup("");
-    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* Asserts strandctl `args` exits 0 and prints `want`. */
 static void expect_ctl(const char *args, const char *want)
 {
     char *out = NULL;
-    int rc = strandctl(T_ROOT, args, &out);
+    int rc = it_strandctl(T_ROOT, args, &out);
     if (rc != 0 || strstr(out, want) == NULL)
         fprintf(stderr, "\nstrandctl %s: exit %d, want \"%s\" in:\n%s\n", args, rc, want, out);
     CU_ASSERT_EQUAL(rc, 0);

@@ -701,16 +701,6 @@ static void test_ingress(void)
     free(id);
 }
 
-/* Runs strandctl against this test's API with `args`; returns its exit status. */
-static int strandctl(const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/services/strandctl/strandctl --api http://127.0.0.1:%d %s >/dev/null 2>&1",
-             it_bin_dir(), it_port(IT_API), args);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 /* strandctl's repair subcommands reach the routes. */
 static void test_strandctl(void)
 {
@@ -719,29 +709,29 @@ static void test_strandctl(void)
     long long v = wait_waiting(id, "task");
     char args[600], sql[300];
     snprintf(args, sizeof args, "instances patch-variables %s --patch '{\"cli\":1}'", id);
-    CU_ASSERT_EQUAL(strandctl(args), 2);   /* --expected-version is required */
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 2);   /* --expected-version is required */
     snprintf(args, sizeof args, "instances patch-variables %s --expected-version %lld --patch '{\"cli\":1}'"
              " --reason 'from strandctl'", id, v);
-    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 0);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND"
              " action = 'patch_variables' AND outcome = 'applied'", id);
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
     snprintf(args, sizeof args, "instances skip-wait %s --expected-version %lld --payload '{\"ok\":true}'", id, v + 1);
-    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 0);
     CU_ASSERT(wait_waiting(id, "timer") > 0);
     snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 7);
-    CU_ASSERT_EQUAL(strandctl(args), 1);   /* 409 version_mismatch */
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 1);   /* 409 version_mismatch */
     snprintf(args, sizeof args, "instances fire-timer %s --expected-version %lld", id, v + 2);
-    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 0);
     CU_ASSERT(wait_waiting(id, "signal") > 0);
     snprintf(args, sizeof args, "instances fail %s --expected-version %lld --code cli_stop --message 'by hand'",
              id, v + 3);
-    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 0);
     json_decref(it_wait_instance(id, "failed", 30));
     snprintf(args, sizeof args, "instances retry %s --expected-version %lld --step go", id, v + 4);
-    CU_ASSERT_EQUAL(strandctl(args), 0);
+    CU_ASSERT_EQUAL(it_strandctl(NULL, args, NULL), 0);
     CU_ASSERT(wait_waiting(id, "signal") > 0);
-    CU_ASSERT_EQUAL(strandctl("dead-letters edit 999999999 --payload '{}'"), 1);   /* 404 */
+    CU_ASSERT_EQUAL(it_strandctl(NULL, "dead-letters edit 999999999 --payload '{}'", NULL), 1);   /* 404 */
     free(id);
 }
 
