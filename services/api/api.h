@@ -17,6 +17,7 @@
 #include "strand/config.h"
 #include "strand/err.h"
 #include "strand/http.h"
+#include "strand/signal.h"
 #include "strand/service.h"
 
 #include "answer.h"
@@ -119,6 +120,13 @@ void st_api_triggers_register(st_api_t *api);
 void st_api_openapi_register(st_api_t *api);
 void st_api_retention_register(st_api_t *api);
 void st_api_batches_register(st_api_t *api);
+/* An operator's verb on one instance (repair.c, pause.c), after the caller checked it
+ * under the row lock: enqueues control signal `sig` (its payload names the "actor";
+ * expected_version = `current`) and writes the audit row "requested" for `action`
+ * (before: `status` and `current`; detail: the payload without the actor, with the
+ * signal id and expected_version), in the caller's open transaction; signals.c. */
+st_err_t st_api_enqueue_verb_tx(PGconn *conn, st_signal_t *sig, const char *action,
+                                const char *status, long long current, st_errbuf_t *eb);
 /* The repair verbs (repair.c): retry, fail, variables, fire-timer, skip-wait, and
  * PUT /v1/dead-letters/{id}/payload. Each command takes {expected_version, ...}. */
 void st_api_repair_register(st_api_t *api);

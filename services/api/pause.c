@@ -187,18 +187,7 @@ static void instance_verb(PGconn *conn, const st_principal_t *who, const char *i
         json_object_set_new(sig.payload, "reason", json_string(reason));
     if (to >= 0)
         json_object_set_new(sig.payload, "to_version", json_integer(to));
-    err = st_signal_enqueue_tx(conn, &sig, &eb);
-    json_t *before = json_pack("{s:s, s:I}", "status", status, "state_version", (json_int_t)current);
-    json_t *detail = json_deep_copy(sig.payload);
-    json_object_del(detail, "actor");
-    json_object_set_new(detail, "signal_id", json_string(sig.signal_id));
-    json_object_set_new(detail, "expected_version", json_integer(expected));
-    st_audit_entry_t entry = {json_string_value(json_object_get(sig.payload, "actor")),
-                              verb_name(type), "requested", id, NULL, before, NULL, detail};
-    if (err == ST_OK)
-        err = st_audit_add_tx(conn, &entry, &eb);
-    json_decref(before);
-    json_decref(detail);
+    err = st_api_enqueue_verb_tx(conn, &sig, verb_name(type), status, current, &eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {

@@ -217,18 +217,8 @@ static void repair_verb(PGconn *conn, const st_principal_t *who, const char *id,
     st_signal_t sig;
     st_signal_init(&sig, ST_SIGNAL_REPAIR, id, expected);
     if (ok) {
-        json_t *before = json_pack("{s:I, s:s}", "state_version", (json_int_t)current, "status", status);
-        json_t *detail = json_deep_copy(payload);
-        json_object_set_new(detail, "signal_id", json_string(sig.signal_id));
-        json_object_set_new(detail, "expected_version", json_integer(expected));
-        st_audit_entry_t entry = {.actor = actor, .action = st_repair_verb_name(verb), .outcome = "requested",
-                                  .instance_id = id, .before = before, .detail = detail};
         sig.payload = json_incref(payload);
-        err = st_signal_enqueue_tx(conn, &sig, &eb);
-        if (err == ST_OK)
-            err = st_audit_add_tx(conn, &entry, &eb);
-        json_decref(before);
-        json_decref(detail);
+        err = st_api_enqueue_verb_tx(conn, &sig, st_repair_verb_name(verb), status, current, &eb);
     }
     PQclear(res);
     if (ok && err == ST_OK)

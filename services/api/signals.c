@@ -270,3 +270,23 @@ void st_api_signals_register(st_api_t *api)
     st_api_route_command(api, "/v1/instances/{id}/terminate", st_cmd_terminate);
     st_api_route_command(api, "/v1/signals", st_cmd_signal_correlated);
 }
+
+st_err_t st_api_enqueue_verb_tx(PGconn *conn, st_signal_t *sig, const char *action,
+                                const char *status, long long current, st_errbuf_t *eb)
+{
+    st_err_t err = st_signal_enqueue_tx(conn, sig, eb);
+    if (err != ST_OK)
+        return err;
+    json_t *before = json_pack("{s:s, s:I}", "status", status, "state_version", (json_int_t)current);
+    json_t *detail = json_deep_copy(sig->payload);
+    json_object_del(detail, "actor");
+    json_object_set_new(detail, "signal_id", json_string(sig->signal_id));
+    json_object_set_new(detail, "expected_version", json_integer(sig->expected_version));
+    st_audit_entry_t entry = {.actor = json_string_value(json_object_get(sig->payload, "actor")),
+                              .action = action, .outcome = "requested",
+                              .instance_id = sig->instance_id, .before = before, .detail = detail};
+    err = st_audit_add_tx(conn, &entry, eb);
+    json_decref(before);
+    json_decref(detail);
+    return err;
+}
