@@ -150,6 +150,42 @@ static st_err_t dead_letter(worker_t *w, const rd_kafka_message_t *msg, const st
     return err;
 }
 
+/* The largest message a worker decodes: a request body (STRAND_HTTP_MAX_BODY) plus
+ * the signal's envelope. */
+static size_t message_limit(const st_executor_t *ex)
+{
+    return (size_t)ex->svc->cfg.max_body_bytes + 64 * 1024;
+}
+
+/* Decodes `msg` into `sig` (the caller closes it on ST_OK); an oversized, empty or
+ * undecodable message is ST_ERR_INVALID with `eb` saying why. */
+static st_err_t decode_message(const st_executor_t *ex, const rd_kafka_message_t *msg,
+                               st_signal_t *sig, st_errbuf_t *eb)
+{
+    if (msg->len > message_limit(ex))
+        return st_err_set(eb, ST_ERR_INVALID,
+                          "the message has %zu bytes, more than the limit of %zu", msg->len,
+                          message_limit(ex));
+    if (msg->payload == NULL)
+        return st_err_set(eb, ST_ERR_INVALID, "the message has no value (a tombstone)");
+    return st_signal_decode(msg->payload, msg->len, sig, eb);
+}
+
+/* Counts and reports one committed wake-up taking `seconds`; publishes its wake hint. */
+static void wakeup_committed(worker_t *w, const st_signal_t *sig, st_wake_outcome_t outcome,
+                             double seconds)
+{
+    st_executor_t *ex = w->ex;
+    st_metric_observe(ex->m_duration, seconds);
+    st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED ? ex->m_applied
+                                                                           : ex->m_dropped);
+    if (outcome == ST_WAKE_APPLIED)
+        st_hint_publish(w->hint, sig->instance_id);   /* after commit */
+    if (outcome != ST_WAKE_APPLIED && outcome != ST_WAKE_BUFFERED)
+        st_log_info("signal dropped", "signal=%s instance=%s outcome=%s", sig->signal_id,
+                    sig->instance_id, st_wake_outcome_name(outcome));
+}
+
 /* Handles one message until it is committed, dead-lettered, or the service stops.
  * Returns 1 if its offset may be committed. */
 static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
@@ -158,16 +194,8 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
     st_signal_t sig;
     st_errbuf_t eb;
     int backoff_ms = 100;
-    /* A signal carries at most a request body (STRAND_HTTP_MAX_BODY) plus its envelope. */
-    size_t limit = (size_t)ex->svc->cfg.max_body_bytes + 64 * 1024;
-    st_err_t decoded = ST_ERR_INVALID;
-    if (msg->len > limit)
-        st_err_set(&eb, ST_ERR_INVALID, "the message has %zu bytes, more than the limit of %zu",
-                   msg->len, limit);
-    else if (msg->payload == NULL)
-        st_err_set(&eb, ST_ERR_INVALID, "the message has no value (a tombstone)");
-    else
-        decoded = st_signal_decode(msg->payload, msg->len, &sig, &eb);
+    size_t limit = message_limit(ex);
+    st_err_t decoded = decode_message(ex, msg, &sig, &eb);
     if (decoded != ST_OK) {
         /* Malformed or oversized: retrying cannot help. An oversized envelope that still
          * decodes names its signal and instance: the dead letter records them, so the
@@ -203,14 +231,7 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
         st_err_t err = st_wakeup_run(w->conn, w->cache, ex->svc->cfg.node_id, &sig, &outcome,
                                      &eb);
         if (err == ST_OK) {
-            st_metric_observe(ex->m_duration, st_mono_s() - started);
-            st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED
-                              ? ex->m_applied : ex->m_dropped);
-            if (outcome == ST_WAKE_APPLIED)
-                st_hint_publish(w->hint, sig.instance_id);   /* after commit */
-            if (outcome != ST_WAKE_APPLIED && outcome != ST_WAKE_BUFFERED)
-                st_log_info("signal dropped", "signal=%s instance=%s outcome=%s",
-                            sig.signal_id, sig.instance_id, st_wake_outcome_name(outcome));
+            wakeup_committed(w, &sig, outcome, st_mono_s() - started);
             commit = 1;
             break;
         }
@@ -238,11 +259,59 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
     return commit;
 }
 
+/* Applies `n` (2 or more) queued messages in one transaction, in queue order, and
+ * commits once (STRAND_EXECUTOR_GROUP_MAX). Returns 1 when all are committed; 0 when
+ * nothing was written (a message does not decode, PostgreSQL is away, or a wake-up or
+ * the commit failed): the caller then handles each message alone, with its retries and
+ * dead-lettering. */
+static int handle_group(worker_t *w, inflight_t *const *items, int n)
+{
+    st_executor_t *ex = w->ex;
+    st_signal_t *sigs = calloc((size_t)n, sizeof *sigs);
+    st_wake_outcome_t *outcomes = calloc((size_t)n, sizeof *outcomes);
+    st_errbuf_t eb;
+    int decoded = 0, ok = 0;
+    if (sigs == NULL || outcomes == NULL)
+        goto out;
+    for (; decoded < n; decoded++)
+        if (decode_message(ex, items[decoded]->msg, &sigs[decoded], &eb) != ST_OK)
+            goto out;
+    if (!ensure_pg(w))
+        goto out;
+    double started = st_mono_s();
+    st_err_t err = st_pg_begin(w->conn, &eb);
+    for (int i = 0; i < n && err == ST_OK; i++)
+        err = st_wakeup_run_tx(w->conn, w->cache, ex->svc->cfg.node_id, &sigs[i], &outcomes[i],
+                               &eb);
+    if (err == ST_OK)
+        err = st_pg_commit(w->conn, &eb);
+    if (err != ST_OK) {
+        st_pg_rollback(w->conn);
+        st_log_debug("wake-up group rolled back, applying its signals one by one",
+                     "signals=%d error=%s: %s", n, st_err_name(err), eb.msg);
+        goto out;
+    }
+    double each = (st_mono_s() - started) / n;
+    for (int i = 0; i < n; i++)
+        wakeup_committed(w, &sigs[i], outcomes[i], each);
+    ok = 1;
+out:
+    for (int i = 0; i < decoded; i++)
+        st_signal_close(&sigs[i]);
+    free(sigs);
+    free(outcomes);
+    return ok;
+}
+
 /* ---- workers --------------------------------------------------------------------- */
 
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
+    int group_max = w->ex->svc->cfg.executor_group_max;
+    inflight_t *group[QUEUE_CAPACITY];
+    if (group_max > QUEUE_CAPACITY)
+        group_max = QUEUE_CAPACITY;
     ensure_pg(w);
     pthread_mutex_lock(&w->lock);
     for (;;) {
@@ -250,15 +319,23 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&w->cond, &w->lock);
         if (stopping(w->ex))
             break;   /* queued messages stay uncommitted and are redelivered */
-        inflight_t *item = w->queue[w->qhead];
-        w->qhead = (w->qhead + 1) % QUEUE_CAPACITY;
-        w->qlen--;
+        int n = 0;
+        while (w->qlen > 0 && n < group_max) {
+            group[n++] = w->queue[w->qhead];
+            w->qhead = (w->qhead + 1) % QUEUE_CAPACITY;
+            w->qlen--;
+        }
         w->busy = 1;
         pthread_cond_broadcast(&w->cond);
         pthread_mutex_unlock(&w->lock);
-        int ok = handle_message(w, item->msg);
-        if (ok)
-            __atomic_store_n(&item->done, 1, __ATOMIC_RELEASE);
+        if (n > 1 && handle_group(w, group, n)) {
+            for (int i = 0; i < n; i++)
+                __atomic_store_n(&group[i]->done, 1, __ATOMIC_RELEASE);
+        } else {
+            for (int i = 0; i < n; i++)
+                if (handle_message(w, group[i]->msg))
+                    __atomic_store_n(&group[i]->done, 1, __ATOMIC_RELEASE);
+        }
         pthread_mutex_lock(&w->lock);
         w->busy = 0;
         pthread_cond_broadcast(&w->cond);

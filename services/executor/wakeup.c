@@ -538,32 +538,28 @@ done:
     return err;
 }
 
-st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
-                       const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
+st_err_t st_wakeup_run_tx(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                          const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
 {
     st_run_result_t run = {0};
     st_run_budget_t budget = {0};   /* one budget for every run of this wake-up (engine.h) */
     PGresult *state = NULL;
     json_t *snapshot = NULL, *event = NULL, *globals = NULL;
     const json_t *globals_decl = NULL;
-    st_err_t err = st_pg_begin(conn, eb);
-    if (err != ST_OK)
-        return err;
+    st_err_t err;
 
     const char *dedup_params[] = {sig->signal_id, sig->instance_id};
     if ((err = st_pg_exec(conn, sql_dedup_and_lock, 2, dedup_params, &state, eb)) != ST_OK)
-        goto fail;
+        goto finish;
     int fresh;
     if (PQntuples(state) == 1) {
         fresh = strcmp(PQgetvalue(state, 0, 7), "1") == 0;
     } else if ((err = st_dedup_recorded_here_tx(conn, sig->signal_id, &fresh, eb)) != ST_OK) {
-        goto fail;
+        goto finish;
     }
-    if (!fresh) {
-        st_pg_rollback(conn);
-        PQclear(state);
+    if (!fresh) {   /* the dedup insert wrote nothing; neither does the rest */
         *outcome = ST_WAKE_DUPLICATE;
-        return ST_OK;
+        goto finish;
     }
     if (PQntuples(state) == 0) {
         *outcome = ST_WAKE_UNKNOWN;
@@ -604,14 +600,14 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     }
     /* What only the API checked: a forged message is refused here (verify.h). */
     if ((err = st_verify_signal_tx(conn, sig, eb)) != ST_OK)
-        goto fail;
+        goto finish;
     /* ---- pause ---- a paused instance or definition version keeps all but the end */
     if (sig->type != ST_SIGNAL_CANCEL && sig->type != ST_SIGNAL_TERMINATE) {
         int paused = strcmp(status, "paused") == 0;
         if (!paused && strcmp(PQgetvalue(state, 0, 10), "t") == 0 &&
             (err = st_definition_pause_lock_tx(conn, PQgetvalue(state, 0, 2),
                                                atoi(PQgetvalue(state, 0, 3)), &paused, eb)) != ST_OK)
-            goto fail;
+            goto finish;
         if (paused) {
             *outcome = ST_WAKE_BUFFERED;
             err = st_signal_buffer_hold_tx(conn, sig, eb);
@@ -636,13 +632,13 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     const st_defn_t *defn = NULL;
     if ((err = st_defcache_get_tx(cache, conn, PQgetvalue(state, 0, 2),
                                atoi(PQgetvalue(state, 0, 3)), &defn, eb)) != ST_OK)
-        goto fail;
+        goto finish;
     if (!PQgetisnull(state, 0, 1)) {
         json_error_t jerr;
         snapshot = json_loads(PQgetvalue(state, 0, 1), 0, &jerr);
         if (snapshot == NULL) {
             err = st_err_set(eb, ST_ERR_INTERNAL, "stored snapshot is not JSON: %s", jerr.text);
-            goto fail;
+            goto finish;
         }
     }
     event = event_from_signal(sig, PQgetvalue(state, 0, 4));
@@ -650,7 +646,7 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
     globals_decl = json_object_get(st_defn_canonical(defn), "globals");
     if (globals_decl != NULL) {
         if ((err = st_globals_load_tx(conn, globals_decl, PQgetvalue(state, 0, 6), &globals, eb)) != ST_OK)
-            goto fail;
+            goto finish;
         if (snapshot == NULL) {
             json_t *payload = json_deep_copy(json_object_get(event, "payload"));
             json_object_set(payload, "globals", globals);
@@ -680,40 +676,42 @@ st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
         goto finish;
     }
     if (err != ST_OK)
-        goto fail;
+        goto finish;
     /* ...and the changed ones written back in this transaction: a failed write rolls
      * back the decision, its snapshot and its outbox rows with it. */
     if (globals_decl != NULL &&
         (err = st_globals_store_tx(conn, globals_decl, PQgetvalue(state, 0, 6), globals,
                                    json_object_get(run.snapshot, "state"), eb)) != ST_OK)
-        goto fail;
+        goto finish;
     if ((err = persist_tx(conn, sig, node_id, version, parent.instance_id[0] ? &parent : NULL,
                           &run, eb)) != ST_OK)
-        goto fail;
+        goto finish;
     if (strcmp(st_defn_kind(defn), "process") == 0 &&
         (err = process_history_tx(conn, sig, &run, eb)) != ST_OK)
-        goto fail;
+        goto finish;
     *outcome = ST_WAKE_APPLIED;
 
 finish:
-    if (err == ST_OK)
-        err = st_pg_commit(conn, eb);
-    if (err != ST_OK)
-        st_pg_rollback(conn);
     PQclear(state);
     json_decref(snapshot);
     json_decref(event);
     json_decref(globals);
     st_run_result_close(&run);
     return err;
+}
 
-fail:
-    st_pg_rollback(conn);
-    PQclear(state);
-    json_decref(snapshot);
-    json_decref(event);
-    json_decref(globals);
-    st_run_result_close(&run);
+st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                       const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb)
+{
+    st_err_t err = st_pg_begin(conn, eb);
+    if (err == ST_OK)
+        err = st_wakeup_run_tx(conn, cache, node_id, sig, outcome, eb);
+    /* A duplicate wrote nothing: a rollback ends it without a commit record. A commit
+     * can fail too (queued statements run with it) and is then rolled back. */
+    if (err == ST_OK && *outcome != ST_WAKE_DUPLICATE)
+        err = st_pg_commit(conn, eb);
+    if (err != ST_OK || *outcome == ST_WAKE_DUPLICATE)
+        st_pg_rollback(conn);
     return err;
 }
 

@@ -28,6 +28,14 @@
 st_err_t st_wakeup_run(PGconn *conn, st_defcache_t *cache, const char *node_id,
                        const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb);
 
+/* st_wakeup_run() inside the caller's open transaction on `conn`, which may hold
+ * other wake-ups (the executor groups queued signals of different instances into one
+ * commit). Neither commits nor rolls back: on ST_OK the caller commits; on an error
+ * what this wake-up wrote is still in the transaction, and the caller must roll the
+ * whole transaction back (and may then retry each signal alone). */
+st_err_t st_wakeup_run_tx(PGconn *conn, st_defcache_t *cache, const char *node_id,
+                          const st_signal_t *sig, st_wake_outcome_t *outcome, st_errbuf_t *eb);
+
 /* Records on the instance's runtime state (last_error_code, last_error) that a
  * wake-up for `sig` failed with `cause` and `message` after `attempts` attempts:
  * "wakeup_failed" (it is retried), or with `dead_lettered` "wakeup_dead_lettered",

@@ -9,7 +9,8 @@
  * START with version 3000000000 and an ACK with a huge retry_at_ms; on the signals
  * topic (one executor worker, so a stuck message would stop everything) a tombstone,
  * an empty message, garbage, a 2 MB message, an unknown envelope version, an unknown
- * signal type and a payload that is not JSON. Then a dead-letter write that fails (a
+ * signal type and a payload that is not JSON. Wake-ups queued on one worker share a
+ * commit, and one that fails in such a group is retried alone. Then a dead-letter write that fails (a
  * trigger on strand.dead_letters): the consumer turns unready, strand_consumer_stuck
  * and the partition's broker-side lag rise, and once the trigger is gone everything
  * moves on. A command that answers 5xx on every delivery is dead-lettered after
@@ -324,6 +325,69 @@ static void test_signals_poison(void)
     CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
 }
 
+/* Starts instances poison-group-<tag>-0..n-1 of the flow; 1 when all were accepted. */
+static int start_group(const char *tag, int n)
+{
+    char body[256];
+    for (int i = 0; i < n; i++) {
+        snprintf(body, sizeof body, "{\"definition\":\"%s\",\"business_ref\":"
+                 "\"poison-group-%s-%d\",\"input\":{\"name\":\"g\"}}", flow, tag, i);
+        if (it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, NULL) != 201)
+            return 0;
+    }
+    return 1;
+}
+
+/* Wake-ups queued behind a slow one are applied in one transaction
+ * (STRAND_EXECUTOR_GROUP_MAX): the runtime states they wrote share one xmin. A wake-up
+ * that fails inside such a group rolls the group back; the others are then applied
+ * one by one and the failing one alone is retried and dead-lettered. A trigger makes
+ * 'poison-group-*-0' take 3 s (so the rest queue behind it on the one worker) and
+ * 'poison-group-bad-3' fail on every attempt. */
+static void test_grouped_wakeups(void)
+{
+    CU_ASSERT_FATAL(it_sql_number(
+        "CREATE OR REPLACE FUNCTION strand.poison_test_group() RETURNS trigger"
+        " LANGUAGE plpgsql AS $$DECLARE ref text; BEGIN"
+        " SELECT business_ref INTO ref FROM strand.instances WHERE id = NEW.instance_id;"
+        " IF NEW.state_version = OLD.state_version THEN RETURN NEW; END IF;"   /* last_error */
+        " IF ref LIKE 'poison-group-%-0' THEN PERFORM pg_sleep(3); END IF;"
+        " IF ref = 'poison-group-bad-3' THEN RAISE EXCEPTION 'refused by the test'; END IF;"
+        " RETURN NEW; END$$;"
+        " CREATE TRIGGER poison_test_group BEFORE UPDATE ON strand.runtime_states"
+        " FOR EACH ROW EXECUTE FUNCTION strand.poison_test_group(); SELECT 1") == 1);
+    char sql[768];
+    CU_ASSERT(start_group("ok", 7));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND business_ref LIKE 'poison-group-ok-%%' AND status = 'completed'", flow);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 7, 60), 7);
+    snprintf(sql, sizeof sql, "SELECT count(DISTINCT rs.xmin::text) FROM strand.runtime_states rs"
+             " JOIN strand.instances i ON i.id = rs.instance_id WHERE i.definition_name = '%s'"
+             " AND i.business_ref LIKE 'poison-group-ok-%%' AND i.business_ref <> 'poison-group-ok-0'",
+             flow);
+    long long transactions = it_sql_number(sql);
+    printf("\n    6 wake-ups queued behind a slow one: %lld transaction(s)\n", transactions);
+    CU_ASSERT(transactions >= 1 && transactions < 6);
+
+    long long letters = it_sql_number("SELECT count(*) FROM strand.dead_letters"
+                                      " WHERE source_topic LIKE '%signals'");
+    CU_ASSERT(start_group("bad", 7));
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND business_ref LIKE 'poison-group-bad-%%' AND status = 'completed'", flow);
+    long long done = it_wait_number(sql, 6, 60);
+    printf("    a failing wake-up in a group: %lld of 6 others completed\n", done);
+    CU_ASSERT_EQUAL(done, 6);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters d JOIN strand.instances i"
+             " ON i.id = d.instance_id WHERE i.business_ref = 'poison-group-bad-3'"
+             " AND i.definition_name = '%s' AND d.attempts = 3", flow);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
+    CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.dead_letters"
+                                  " WHERE source_topic LIKE '%signals'"), letters + 1);
+    CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_group ON strand.runtime_states;"
+                            " DROP FUNCTION strand.poison_test_group(); SELECT 1") == 1);
+    CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
+}
+
 /* A dead-letter write that fails: unready, strand_consumer_stuck and the partition's
  * lag rise while the poison holds the partition; once the cause is gone the letter is
  * written and the valid command behind it completes. */
@@ -443,6 +507,7 @@ int main(void)
         {"out-of-range values answer 400", test_out_of_range_http},
         {"ingress: poison on every partition, then valid commands", test_ingress_poison},
         {"signals: poison on every partition, then instances", test_signals_poison},
+        {"signals: queued wake-ups share a commit; a failing one is retried alone", test_grouped_wakeups},
         {"a failing dead-letter write: unready, stuck, lag; recovers", test_dead_letter_write_fails},
         {"ingress: a command answering 5xx every time is dead-lettered", test_command_failing_every_time},
         {"dead letters: operator role, no token", test_dead_letter_access},

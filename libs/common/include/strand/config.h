@@ -33,6 +33,7 @@ typedef struct {
     int http_port;             /* STRAND_HTTP_PORT, default per service */
     char log_level[16];        /* STRAND_LOG_LEVEL */
     int executor_concurrency; /* STRAND_EXECUTOR_CONCURRENCY: executor worker threads */
+    int executor_group_max;    /* STRAND_EXECUTOR_GROUP_MAX: queued wake-ups per commit */
     int executor_commit_interval_ms; /* STRAND_EXECUTOR_COMMIT_INTERVAL_MS: offset commits */
     int executor_call_concurrency; /* STRAND_EXECUTOR_CALL_CONCURRENCY: calls in flight */
     int executor_call_lease_ms; /* STRAND_EXECUTOR_CALL_LEASE_MS: a sent call's claim */
