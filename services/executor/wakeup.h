@@ -5,7 +5,8 @@
  * the signal id (dedup), locks the instance's runtime state, checks the expected
  * version and terminal status, runs the interpreter to the next wait, and writes the
  * new snapshot, the instance projection, history and an outbox row per effect. It
- * commits once. It does no network I/O besides PostgreSQL and never touches Kafka:
+ * commits once (st_wakeup_run_tx(): inside the caller's transaction, which may hold
+ * other wake-ups). It does no network I/O besides PostgreSQL and never touches Kafka:
  * the caller commits the consumer offset after this returns ST_OK.
  */
 #ifndef STRAND_EXECUTOR_WAKEUP_H
