@@ -90,7 +90,7 @@ def main():
     out.append("")
     w4 = next((r for r in main_runs if r["workload"] == "w4" and r["engine"] == "strand"), None)
     if w4 and "task_visible_p50_ms" in w4:
-        out.append(f"W4's start -> task listed (`GET /v1/tasks?instance_id=`, polled every 2 ms): "
+        out.append(f"W4's start -> task listed (start and wait, then `GET /v1/tasks?instance_id=`): "
                    f"p50 {w4['task_visible_p50_ms']:.1f} ms, p99 {w4['task_visible_p99_ms']:.1f} ms.")
         out.append("")
     # CPU per W1 instance: the i-th cpu_round line of an engine belongs to its i-th

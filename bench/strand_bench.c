@@ -15,9 +15,10 @@
  *   w3    N durable timers due evenly over --window-ms starting 2 s + N/2 ms from now, written
  *         as the executor writes them (st_timer_schedule_tx); lateness = fired_at -
  *         due_at (the scheduler's firing transaction). Needs only strand-scheduler.
- *   w4    human task round trip, C sequential clients: start an instance with a task,
- *         poll GET /v1/tasks?instance_id= until the task is listed, complete it over the
- *         API; latency: send of the start -> ended_at.
+ *   w4    human task round trip, C sequential clients: start an instance with a task
+ *         (start and wait: POST /v1/instances?wait_ms=, answered once it waits for the
+ *         task), list GET /v1/tasks?instance_id= (polled every 2 ms until the task is
+ *         listed), complete it over the API; latency: send of the start -> ended_at.
  *   fill  adds N waiting instances by copying the rows of one real waiting instance
  *         (instances, runtime_states, history) in SQL: in-flight load for cost curves.
  *
@@ -447,7 +448,10 @@ static void *human(void *arg)
     while ((i = take_index()) >= 0) {
         char id[40];
         double t0 = now_ms();
-        if (!start_instance(c, "bench_w4", i, 0, id, NULL, NULL))
+        /* Start and wait (docs/api.md): the answer comes once the instance waits for its
+         * task, whose row was committed with that wait; the listing below then finds it
+         * at once, and polls only if the wait gave up. */
+        if (!start_instance(c, "bench_w4", i, 1, id, NULL, NULL))
             continue;
         snprintf(g_items[i].id, sizeof g_items[i].id, "%s", id);
         char path[160], task[40] = "";

@@ -99,7 +99,7 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
                                rd_kafka_t **out, st_errbuf_t *eb)
 {
     static const kafka_setting_t tunables[] = {
-        {"linger.ms", "2"},
+        {"linger.ms", "5"},
         {"message.timeout.ms", "30000"},
         {NULL, NULL},
     };
