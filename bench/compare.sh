@@ -263,6 +263,12 @@ print(json.dumps({"calibration_s": sorted(job() for _ in range(3))[1]}))' >>"$re
 }
 restate_start
 sb --workload w1 --n "$WARM" --label warmup --timeout 600
+# Statistics taken now describe tables with rows in them. The VACUUM ANALYZE above ran on
+# (nearly) empty tables: the services' connections then cache generic plans costed for
+# empty tables (sequential scans), which stay until autovacuum analyzes again, up to a
+# minute or more later; on a fresh stack that made the first three timed rounds run at a
+# third of the speed (docs/benchmarks.md). ANALYZE invalidates those plans.
+psql_strand -c "ANALYZE" 2>/dev/null
 drain
 restate_run w1 "$WARM" warmup
 for round in $(seq 1 "$ROUNDS"); do
