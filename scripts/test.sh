@@ -49,7 +49,11 @@ cleanup() {
 trap cleanup EXIT
 scripts/stack.sh start
 eval "$(scripts/stack.sh env)"
-export STRAND_TEST_LOG_DIR=$STRAND_STACK_DIR/logs
+# Each build's pass logs into its own directory: the sanitizer pass reruns the same
+# tests, and one directory would keep only its logs, not those of a failed release run.
+logs=$STRAND_STACK_DIR/logs
+mkdir -p "$logs/release" "$logs/asan"
+failed_logs=()
 
 rc=0
 if [ ${#filter[@]} -eq 0 ]; then
@@ -57,20 +61,25 @@ if [ ${#filter[@]} -eq 0 ]; then
   scripts/check_deploy.sh || rc=1
 fi
 echo "== tests: release build"
-ctest --test-dir build --output-on-failure --timeout 900 "${filter[@]}" || rc=1
+STRAND_TEST_LOG_DIR=$logs/release ctest --test-dir build --output-on-failure --timeout 900 "${filter[@]}" ||
+  { rc=1; failed_logs+=("$logs/release"); }
 if [ $quick -eq 0 ]; then
   echo "== tests: ASan + UBSan build"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) \
-    ctest --test-dir build-asan --output-on-failure --timeout 900 "${filter[@]}" || rc=1
+    STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) STRAND_TEST_LOG_DIR=$logs/asan \
+    ctest --test-dir build-asan --output-on-failure --timeout 900 "${filter[@]}" ||
+    { rc=1; failed_logs+=("$logs/asan"); }
 fi
 if [ $quick -eq 0 ] && [ ${#filter[@]} -eq 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzzers (brief)"
   scripts/fuzz.sh 20 || rc=1
 fi
 if [ $rc -ne 0 ]; then
-  echo "== service logs of failed runs are in $STRAND_TEST_LOG_DIR:"
-  for f in "$STRAND_TEST_LOG_DIR"/*.log; do echo "---- $f"; tail -n 40 "$f"; done
+  echo "== server logs in $logs and service logs of the failed passes in ${failed_logs[*]:-(none)}:"
+  for f in "$logs"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 40 "$f"; }; done
+  for d in "${failed_logs[@]}"; do
+    for f in "$d"/*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 40 "$f"; }; done
+  done
 fi
 echo "== tests finished in $((SECONDS - started)) s: $([ $rc -eq 0 ] && echo PASSED || echo FAILED)"
 exit $rc
