@@ -1,4 +1,4 @@
-/* wakeup.c - one transaction per wake-up (see wakeup.h). */
+/* wakeup.c - one wake-up, in its own transaction or in the caller's (see wakeup.h). */
 #include "wakeup.h"
 
 #include "effects.h"

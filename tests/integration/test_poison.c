@@ -81,6 +81,16 @@ static int produce_command(int partition, int envelope_version, int type, const 
     return produce("ingress", partition, "k", buf, len);
 }
 
+/* Waits up to 60 s until `want` instances of the flow whose business_ref is LIKE
+ * `ref_like` have completed; returns the last count. */
+static long long wait_completed(const char *ref_like, long long want)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND business_ref LIKE '%s' AND status = 'completed'", flow, ref_like);
+    return it_wait_number(sql, want, 60);
+}
+
 /* Raises max.message.bytes on a topic so that the 2 MB message gets to the consumer. */
 static int allow_big_messages(const char *suffix)
 {
@@ -207,9 +217,7 @@ static void test_ingress_poison(void)
     }
     free(big);
     char sql[512];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref LIKE 'poison-ok-%%' AND status = 'completed'", flow);
-    long long done = it_wait_number(sql, PARTITIONS, 60);
+    long long done = wait_completed("poison-ok-%", PARTITIONS);
     printf("\n    ingress: %lld of %d valid commands after the poison completed\n", done,
            PARTITIONS);
     CU_ASSERT_EQUAL(done, PARTITIONS);
@@ -309,9 +317,7 @@ static void test_signals_poison(void)
                  "\"input\":{\"name\":\"s%d\"}}", flow, i, i);
         CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, NULL), 201);
     }
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref LIKE 'poison-sig-%%' AND status = 'completed'", flow);
-    long long done = it_wait_number(sql, 8, 60);
+    long long done = wait_completed("poison-sig-%", 8);
     printf("\n    signals: %lld of 8 instances started after the poison completed\n", done);
     CU_ASSERT_EQUAL(done, 8);
     long long want = letters + (long long)kinds * PARTITIONS + 1;   /* + the big signal */
@@ -358,9 +364,7 @@ static void test_grouped_wakeups(void)
         " FOR EACH ROW EXECUTE FUNCTION strand.poison_test_group(); SELECT 1") == 1);
     char sql[768];
     CU_ASSERT(start_group("ok", 7));
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref LIKE 'poison-group-ok-%%' AND status = 'completed'", flow);
-    CU_ASSERT_EQUAL(it_wait_number(sql, 7, 60), 7);
+    CU_ASSERT_EQUAL(wait_completed("poison-group-ok-%", 7), 7);
     snprintf(sql, sizeof sql, "SELECT count(DISTINCT rs.xmin::text) FROM strand.runtime_states rs"
              " JOIN strand.instances i ON i.id = rs.instance_id WHERE i.definition_name = '%s'"
              " AND i.business_ref LIKE 'poison-group-ok-%%' AND i.business_ref <> 'poison-group-ok-0'",
@@ -372,9 +376,7 @@ static void test_grouped_wakeups(void)
     long long letters = it_sql_number("SELECT count(*) FROM strand.dead_letters"
                                       " WHERE source_topic LIKE '%signals'");
     CU_ASSERT(start_group("bad", 7));
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref LIKE 'poison-group-bad-%%' AND status = 'completed'", flow);
-    long long done = it_wait_number(sql, 6, 60);
+    long long done = wait_completed("poison-group-bad-%", 6);
     printf("    a failing wake-up in a group: %lld of 6 others completed\n", done);
     CU_ASSERT_EQUAL(done, 6);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters d JOIN strand.instances i"
@@ -383,6 +385,45 @@ static void test_grouped_wakeups(void)
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 60), 1);
     CU_ASSERT_EQUAL(it_sql_number("SELECT count(*) FROM strand.dead_letters"
                                   " WHERE source_topic LIKE '%signals'"), letters + 1);
+
+    /* Beside cancel and a signal: a waiting instance's START, its cancel and a signal to
+     * it, all queued behind a slow wake-up, are one group: the cancel ends it and the
+     * signal after it is dropped as stale, in the same transaction. */
+    char doc[512], wait_flow[96], path[160];
+    snprintf(wait_flow, sizeof wait_flow, "%s_wait", flow);
+    snprintf(doc, sizeof doc, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", wait_flow);
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
+    CU_ASSERT(start_group("cancel", 1));   /* the slow one: poison-group-cancel-0 */
+    /* ...taken alone: the worker is inside its 3 s before the others are sent */
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_stat_activity"
+                                   " WHERE wait_event = 'PgSleep'", 1, 30), 1);
+    snprintf(doc, sizeof doc, "{\"definition\":\"%s\",\"business_ref\":\"poison-group-waits\"}",
+             wait_flow);
+    json_t *started = NULL;
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", doc, &started), 201);
+    char id[40];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(started, "id")));
+    json_decref(started);
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"reason\":\"test\"}", NULL), 202);
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{\"name\":\"go\"}", NULL), 202);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE instance_id = '%s'",
+             id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 3, 60), 3);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+             " AND status = 'cancelled'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT string_agg(outcome, ',' ORDER BY outcome) || ' in '"
+             " || count(DISTINCT xmin::text) FROM strand.processed_signals WHERE instance_id = '%s'",
+             id);
+    char *outcomes = it_sql_text(sql);
+    printf("    start, cancel and a signal in one group: %s transaction(s)\n",
+           outcomes ? outcomes : "?");
+    CU_ASSERT_STRING_EQUAL(outcomes ? outcomes : "", "applied,applied,stale in 1");
+    free(outcomes);
     CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_group ON strand.runtime_states;"
                             " DROP FUNCTION strand.poison_test_group(); SELECT 1") == 1);
     CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 10), 1);
@@ -399,7 +440,7 @@ static void test_dead_letter_write_fails(void)
         " LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'dead letters refused by the test'; END$$;"
         " CREATE TRIGGER poison_test_refuse BEFORE INSERT ON strand.dead_letters"
         " FOR EACH ROW EXECUTE FUNCTION strand.poison_test_refuse(); SELECT 1") == 1);
-    char group[200], series[400], args[256], sql[400];
+    char group[200], series[400], args[256];
     CU_ASSERT(produce("ingress", 1, "k", "\x01\x02garbage", 9));
     snprintf(args, sizeof args,
              "{\"definition\":\"%s\",\"business_ref\":\"poison-stuck\",\"input\":{\"name\":\"z\"}}",
@@ -431,9 +472,7 @@ static void test_dead_letter_write_fails(void)
 
     CU_ASSERT(it_sql_number("DROP TRIGGER poison_test_refuse ON strand.dead_letters;"
                             " DROP FUNCTION strand.poison_test_refuse(); SELECT 1") == 1);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref = 'poison-stuck' AND status = 'completed'", flow);
-    CU_ASSERT_EQUAL(it_wait_number(sql, 3, 60), 3);
+    CU_ASSERT_EQUAL(wait_completed("poison-stuck", 3), 3);
     CU_ASSERT_EQUAL(it_wait_http(IT_API, "/readyz", 200, 30), 1);
     CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 30), 1);
     CU_ASSERT_EQUAL(it_metric(IT_EXECUTOR, series, -1), 0);
@@ -459,9 +498,7 @@ static void test_command_failing_every_time(void)
              "{\"definition\":\"%s\",\"business_ref\":\"poison-after-5xx\",\"input\":{\"name\":\"a\"}}",
              flow);
     CU_ASSERT(produce_command(2, 1, STRAND__V1__COMMAND_TYPE__COMMAND_TYPE_START, T_ADMIN, args));
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
-             " AND business_ref = 'poison-after-5xx' AND status = 'completed'", flow);
-    long long done = it_wait_number(sql, 1, 60);
+    long long done = wait_completed("poison-after-5xx", 1);
     printf("\n    ingress: the command behind a 5xx one completed: %lld\n", done);
     CU_ASSERT_EQUAL(done, 1);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE source_topic ="
