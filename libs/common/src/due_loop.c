@@ -12,6 +12,7 @@
 #include "strand/pg.h"
 
 #define MAX_SLEEP_MS 60000
+#define DUE_ELSEWHERE_SLEEP_MS 5   /* a due row another replica has claimed */
 
 struct st_due_loop {
     st_service_t *svc;
@@ -87,10 +88,30 @@ static long long next_wait(st_due_loop_t *l)
     return wait;
 }
 
+int st_due_loop_sleep_ms(long long wait_ms, int processed, int *looked_again)
+{
+    if (processed > 0 || wait_ms != 0)
+        *looked_again = 0;
+    if (wait_ms == 0) {
+        /* A row is due already. It fell due while the loop worked: claim it at once (a
+         * fixed sleep here was most of the timers' p95 lateness, issue 20). Still due
+         * after that second look: another replica holds it; let it commit. */
+        if (!*looked_again) {
+            *looked_again = 1;
+            return -1;
+        }
+        return DUE_ELSEWHERE_SLEEP_MS;
+    }
+    if (wait_ms < 0 || wait_ms > MAX_SLEEP_MS)
+        return MAX_SLEEP_MS;
+    return (int)wait_ms;
+}
+
 static void *due_main(void *arg)
 {
     st_due_loop_t *l = arg;
     int backoff_ms = 100;
+    int looked_again = 0;   /* see st_due_loop_sleep_ms() */
     while (!st_service_stopping(l->svc)) {
         if (l->conn == NULL || PQstatus(l->conn) != CONNECTION_OK) {
             __atomic_store_n(&l->pg_up, 0, __ATOMIC_RELEASE);
@@ -122,13 +143,12 @@ static void *due_main(void *arg)
          * again rather than sleep past the new deadline (issue 15). */
         if (drain_notifies(l->conn))
             continue;
-        if (wait < 0 || wait > MAX_SLEEP_MS)
-            wait = MAX_SLEEP_MS;
-        if (wait == 0)
-            wait = 5;   /* due now but claimed by another replica: let it commit */
+        int sleep_ms = st_due_loop_sleep_ms(wait, n, &looked_again);
+        if (sleep_ms < 0)
+            continue;
         struct pollfd pfd[2] = {{.fd = PQsocket(l->conn), .events = POLLIN},
                                 {.fd = l->stop_pipe[0], .events = POLLIN}};
-        poll(pfd, 2, (int)wait);
+        poll(pfd, 2, sleep_ms);
         drain_notifies(l->conn);
     }
     if (l->conn != NULL)

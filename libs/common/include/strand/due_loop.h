@@ -41,4 +41,12 @@ st_err_t st_due_loop_start(st_service_t *svc, const st_due_loop_config_t *cfg,
 /* Finishes the batch in hand, stops the thread and frees. */
 void st_due_loop_stop(st_due_loop_t *loop);
 
+/* The loop's sleep after a round, in ms; -1: go round again at once. `wait_ms` is the
+ * owner's next_wait_ms() (0: something is due now; -1: nothing is pending),
+ * `processed` what the round's process() handled, and `looked_again` the loop's state
+ * between rounds (starts at 0). A row found due is claimed at once, once; found due
+ * again by the round that followed without anything processed, it belongs to another
+ * replica, and the loop sleeps a few ms. Exposed for tests/unit/test_due_loop.c. */
+int st_due_loop_sleep_ms(long long wait_ms, int processed, int *looked_again);
+
 #endif
