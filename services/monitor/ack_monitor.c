@@ -36,7 +36,7 @@ static const char *const sql_due_claim =
     " FROM strand.acks a JOIN strand.work_events w USING (ack_guid)"
     " WHERE a.due_at <= now() ORDER BY a.due_at LIMIT 200 FOR UPDATE OF a SKIP LOCKED";
 static const char *const sql_next_due =
-    "SELECT ceil(extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
+    "SELECT " ST_PG_SQL_MS_UNTIL("min(due_at)")
     " FROM strand.acks WHERE due_at IS NOT NULL";
 static const char *const sql_pending =
     "SELECT count(*) FROM strand.acks WHERE due_at IS NOT NULL";

@@ -6,7 +6,9 @@
  *    must be taken from there before the loop sleeps. The test-only
  *    STRAND_TEST_DUE_LOOP_DELAY_MS widens that window (about a millisecond) to 300 ms;
  *    each pair inserts a far timer (which starts the window) and, inside it, a near
- *    one that must fire at its own due time, not the far one's.
+ *    one that must fire at its own due time, not the far one's. And the due loops'
+ *    next-deadline expression (ST_PG_SQL_MS_UNTIL) reads a deadline 0.3 ms away as
+ *    1 ms, not as due now.
  * 2. Redis is optional: with STRAND_REDIS_URL unset, and with Redis stopped mid-run and
  *    started again, an instance runs from start to completion, a start-and-wait and a
  *    long poll answer within about 100 ms of the change they wait for (printed;
@@ -31,6 +33,7 @@
 
 #include "harness.h"
 #include "st_test.h"
+#include "strand/pg.h"
 #include "strand/timer.h"
 #include "strand/util.h"
 
@@ -102,6 +105,20 @@ static void test_timers_in_the_query_window_fire_on_time(void)
     snprintf(sql, sizeof sql, "WITH d AS (DELETE FROM strand.timers WHERE waiting_token LIKE"
              " 'far-%s-%%' RETURNING 1) SELECT count(*) FROM d", tag);
     CU_ASSERT_EQUAL(it_sql_number(sql), PAIRS);
+}
+
+/* A deadline less than a millisecond away reads 1 ms, not 0 ("due now"): the due
+ * loop would claim early, find nothing, and after its second look sleep 5 ms past the
+ * deadline (st_due_loop_sleep_ms). clock_timestamp() + 300 us is taken first, so the
+ * expression sees it 0.3 ms ahead, less the microseconds between the two reads. */
+static void test_deadline_under_a_ms_reads_one(void)
+{
+    CU_ASSERT_EQUAL(it_sql_number("SELECT " ST_PG_SQL_MS_UNTIL("d") " FROM (SELECT"
+                                  " clock_timestamp() + interval '300 microseconds' AS d"
+                                  " OFFSET 0) t"), 1);
+    CU_ASSERT_EQUAL(it_sql_number("SELECT " ST_PG_SQL_MS_UNTIL("d") " FROM (SELECT"
+                                  " clock_timestamp() + interval '2.2 ms' AS d OFFSET 0) t"), 3);
+    CU_ASSERT(it_sql_number("SELECT " ST_PG_SQL_MS_UNTIL("clock_timestamp() - interval '1 ms'")) <= 0);
 }
 
 /* ---- 2. Redis optional ----------------------------------------------------------- */
@@ -429,6 +446,8 @@ int main(void)
     static const it_case_t cases[] = {
         {"timers inserted in the due loop's query window fire on time",
          test_timers_in_the_query_window_fire_on_time},
+        {"a deadline under a millisecond away reads 1 ms, not due now",
+         test_deadline_under_a_ms_reads_one},
         {"without Redis, waits answer at the change", test_without_redis},
         {"with Redis stopped mid-run, waits answer at the change", test_redis_stopped_mid_run},
         {"a long poll parked while PostgreSQL restarts answers at the change",

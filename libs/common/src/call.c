@@ -38,7 +38,7 @@ static const char *const sql_calls_renew =
     "UPDATE strand.calls SET lease_until = now() + make_interval(secs => $2::int / 1000.0)"
     " WHERE id = ANY($1::uuid[]) AND status = 'sent'";
 static const char *const sql_next_lease =
-    "SELECT ceil(extract(epoch FROM (min(lease_until) - clock_timestamp())) * 1000)::bigint"
+    "SELECT " ST_PG_SQL_MS_UNTIL("min(lease_until)")
     " FROM strand.calls WHERE status = 'sent'";
 /* A result is recorded once: a call another dispatcher already answered (after this
  * one's lease passed) or that was abandoned records nothing and signals nothing. */

@@ -73,7 +73,7 @@ st_err_t st_timer_fire_due_tx(PGconn *conn, int limit,
 long long st_timer_next_due_ms(PGconn *conn)
 {
     static const char *const sql_next_due =
-        "SELECT ceil(extract(epoch FROM (min(due_at) - clock_timestamp())) * 1000)::bigint"
+        "SELECT " ST_PG_SQL_MS_UNTIL("min(due_at)")
         " FROM strand.timers WHERE fired_at IS NULL";
     st_errbuf_t eb;
     PGresult *res = NULL;

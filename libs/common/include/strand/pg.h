@@ -17,6 +17,12 @@
  * st_api_time_json() writes columns the same way. */
 #define ST_PG_SQL_RFC3339(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
+/* The SQL expression for the whole milliseconds from now (clock_timestamp()) until
+ * timestamptz `x`, rounded up: a deadline 0.3 ms away reads 1, so a due loop sleeps to
+ * it instead of taking it for due now (0) and looking too early; past deadlines read 0
+ * or less. The next-deadline queries of the due loops' owners use it. */
+#define ST_PG_SQL_MS_UNTIL(x) "ceil(extract(epoch FROM ((" x ") - clock_timestamp())) * 1000)::bigint"
+
 /* The one SQLSTATE -> st_err_t table: ST_ERR_TIMEOUT (57014, statement_timeout),
  * ST_ERR_SERIALIZATION (40001, 40P01), ST_ERR_DUPLICATE (23505), ST_ERR_INVALID (other
  * class 22/23), ST_ERR_DB (NULL = no server answer, class 08 and the rest of 57),
