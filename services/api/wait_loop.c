@@ -42,7 +42,8 @@ struct st_waiters {
     char host[200];
     int port;
     char channel[96];
-    st_metric_t *m_woken, *m_woken_pg, *m_timed_out;
+    struct event *recheck;           /* every STRAND_WAIT_RECHECK_MS */
+    st_metric_t *m_woken, *m_woken_pg, *m_woken_recheck, *m_timed_out;
     unsigned long long hints_seen;
     char recent[RECENT_HINTS][40];   /* ring: hint n is at n % RECENT_HINTS */
 };
@@ -109,6 +110,63 @@ static void instance_changed(st_waiters_t *w, const char *id, st_metric_t *woken
         }
         wt = next;
     }
+}
+
+/* ---- the recheck ----------------------------------------------------------------- */
+
+/* Which parked polls' instances moved (ended, or past the poll's version) or are gone:
+ * one row per parked poll, $1 the instance ids and $2 the versions, in step. */
+static const char *const sql_recheck =
+    "SELECT p.id::text, i.status, rs.state_version, p.after"
+    " FROM unnest($1::uuid[], $2::bigint[]) AS p(id, after)"
+    " LEFT JOIN strand.instances i ON i.id = p.id"
+    " LEFT JOIN strand.runtime_states rs ON rs.instance_id = p.id";
+
+/* Every STRAND_WAIT_RECHECK_MS while polls are parked: answers those whose instance
+ * moved although neither a hint nor a notification said so (a hint lost with the
+ * executor between its commit and its publish, this API's Redis subscription down
+ * while the executor's hints reached another API). One query for all of them. */
+static void on_recheck(evutil_socket_t fd, short what, void *arg)
+{
+    st_waiters_t *w = arg;
+    size_t n = 0;
+    for (waiter_t *wt = w->head; wt != NULL; wt = wt->next)
+        n++;
+    if (n == 0)
+        return;
+    char *ids = malloc(n * 38 + 3), *versions = malloc(n * 21 + 3);
+    if (ids == NULL || versions == NULL)
+        abort();
+    size_t li = 0, lv = 0;
+    ids[li++] = '{';
+    versions[lv++] = '{';
+    for (waiter_t *wt = w->head; wt != NULL; wt = wt->next) {
+        li += (size_t)sprintf(ids + li, "%s%s", wt == w->head ? "" : ",", wt->instance_id);
+        lv += (size_t)sprintf(versions + lv, "%s%lld", wt == w->head ? "" : ",",
+                              wt->after_version);
+    }
+    snprintf(ids + li, 2, "}");
+    snprintf(versions + lv, 2, "}");
+    st_answer_t problem = {0};
+    PGconn *conn = st_api_conn(w->api, &problem);
+    PGresult *res = NULL;
+    st_errbuf_t eb;
+    const char *params[] = {ids, versions};
+    if (conn == NULL || st_pg_exec(conn, sql_recheck, 2, params, &res, &eb) != ST_OK) {
+        st_log_debug("the parked polls' recheck failed; the next one tries again", "%s",
+                     conn == NULL ? "no PostgreSQL connection" : eb.msg);
+        res = NULL;
+    }
+    st_answer_close(&problem);
+    free(ids);
+    free(versions);
+    for (int row = 0; res != NULL && row < PQntuples(res); row++) {
+        int gone = PQgetisnull(res, row, 1) || PQgetisnull(res, row, 2);
+        if (gone || st_api_status_ended(PQgetvalue(res, row, 1)) ||
+            atoll(PQgetvalue(res, row, 2)) > atoll(PQgetvalue(res, row, 3)))
+            instance_changed(w, PQgetvalue(res, row, 0), w->m_woken_recheck);
+    }
+    PQclear(res);
 }
 
 static void on_hint(redisAsyncContext *c, void *r, void *privdata)
@@ -245,8 +303,14 @@ st_waiters_t *st_waiters_new(st_api_t *api, st_view_fn view)
                                        "by=\"notify\"");
     w->m_timed_out = st_metrics_counter("strand_long_polls_total", "Long polls answered",
                                         "by=\"timeout\"");
+    w->m_woken_recheck = st_metrics_counter("strand_long_polls_total", "Long polls answered",
+                                            "by=\"recheck\"");
     w->reconnect = evtimer_new(api->svc->base, on_reconnect, w);
     w->pg_reconnect = evtimer_new(api->svc->base, on_pg_reconnect, w);
+    w->recheck = event_new(api->svc->base, -1, EV_PERSIST, on_recheck, w);
+    int every_ms = api->svc->cfg.wait_recheck_ms;
+    struct timeval every = {every_ms / 1000, (every_ms % 1000) * 1000};
+    event_add(w->recheck, &every);
     pg_listen(w);
     snprintf(w->channel, sizeof w->channel, "%swake", api->svc->cfg.topic_prefix);
     if (st_hint_parse_url(api->svc->cfg.redis_url, w->host, sizeof w->host, &w->port))
@@ -268,6 +332,7 @@ void st_waiters_free(st_waiters_t *w)
         event_free(w->pg_read);
     if (w->pg != NULL)
         PQfinish(w->pg);
+    event_free(w->recheck);
     event_free(w->pg_reconnect);
     event_free(w->reconnect);
     free(w);

@@ -2,11 +2,13 @@
  * wait_loop.h - long polling on an instance: GET /v1/instances/{id}?wait_ms=N&
  * after_version=V answers as soon as the instance's state_version exceeds V or it has
  * ended, or after N ms with its current view; POST /v1/instances?wait_ms=N the same
- * after the start, with V = 0. Wake-ups come from two paths, whichever is first:
+ * after the start, with V = 0. Wake-ups come from three paths, whichever is first:
  * PostgreSQL notifications on ST_WAKE_CHANNEL (raised by a trigger on
  * strand.runtime_states in every transaction that changes an instance's
- * state_version; always on, so Redis is not needed) and, when STRAND_REDIS_URL is
- * set, Redis hints (channel <prefix>wake, published by the executor after commit).
+ * state_version, except the executor's wake-ups while their hints reach a subscriber:
+ * strand/hint.h), Redis hints when STRAND_REDIS_URL is set (channel <prefix>wake,
+ * published by the executor after commit), and a recheck of every parked request's
+ * instance every STRAND_WAIT_RECHECK_MS, which answers what both others missed.
  * Either path going down and coming back is handled here; after a PostgreSQL outage
  * every parked request looks again, as a notification may have been missed.
  */
@@ -14,10 +16,6 @@
 #define STRAND_API_WAIT_LOOP_H
 
 #include "api.h"
-
-/* The PostgreSQL channel of instance changes (payload: the instance id); migration
- * 0011's trigger notifies it. */
-#define ST_WAKE_CHANNEL "strand_wake"
 
 typedef struct st_waiters st_waiters_t;
 

@@ -23,6 +23,14 @@
  * store in one transaction; a null, empty or undecodable message goes there at once. A
  * dead letter that cannot be written is retried with backoff while the worker counts as
  * stuck (/readyz "signals_consumer" down, strand_consumer_stuck).
+ *
+ * Waking the API: after each commit a worker publishes a Redis hint per applied
+ * wake-up. Under STRAND_WAKE_NOTIFY=fallback (with STRAND_REDIS_URL set) its session
+ * sets strand.wake_by_hint, so the trigger of migration 0026 skips PostgreSQL's
+ * notification, for as long as its last hint reached a subscriber; a hint that reached
+ * nobody (Redis down, no API subscribed) is followed at once by that notification,
+ * sent after the commit, and the worker notifies in its transactions again until a
+ * hint gets through.
  */
 #include "executor.h"
 
@@ -66,6 +74,8 @@ typedef struct worker {
     PGconn *conn;
     st_defcache_t *cache;
     st_hint_t *hint;                 /* optional Redis wake hints */
+    int rely_on_hints;               /* the next wake-ups skip PostgreSQL's notification */
+    int session_by_hint;             /* `conn` has strand.wake_by_hint on */
     int stuck;                       /* holds a message it could not dead-letter */
 } worker_t;
 
@@ -78,8 +88,10 @@ struct st_executor {
     partition_track_t *parts;        /* consumer thread only */
     int nparts, cap_parts;
     int pg_up, kafka_up;             /* atomics, for /readyz */
+    int hints_may_replace;           /* STRAND_WAKE_NOTIFY=fallback and Redis configured */
     st_kafka_watch_t watch;          /* last poll, stuck workers, lag */
     st_metric_t *m_applied, *m_dropped, *m_duration, *m_errors, *m_inflight;
+    st_metric_t *m_hint_missed;
 };
 
 static int stopping(const st_executor_t *ex)
@@ -105,7 +117,48 @@ static int ensure_pg(worker_t *w)
         return 0;
     }
     __atomic_store_n(&w->ex->pg_up, 1, __ATOMIC_RELEASE);
+    w->session_by_hint = 0;   /* a new session notifies until told otherwise */
     return 1;
+}
+
+/* ---- waking the API (see the top of this file) ------------------------------------ */
+
+/* Before a wake-up transaction: sets the session's strand.wake_by_hint to match
+ * w->rely_on_hints when it differs. A failed SET leaves w->session_by_hint as it was,
+ * which is what wake_api() goes by. */
+static void sync_wake_mode(worker_t *w)
+{
+    if (w->session_by_hint == w->rely_on_hints)
+        return;
+    st_errbuf_t eb;
+    const char *sql = w->rely_on_hints ? "SET strand.wake_by_hint = on"
+                                       : "SET strand.wake_by_hint = off";
+    if (st_pg_exec(w->conn, sql, 0, NULL, NULL, &eb) == ST_OK)
+        w->session_by_hint = w->rely_on_hints;
+    else
+        st_log_warn("could not set the wake notification mode", "%s", eb.msg);
+}
+
+/* After the commit of an applied wake-up of `instance_id`: the hint, and PostgreSQL's
+ * notification when the transaction skipped it and the hint reached nobody. */
+static void wake_api(worker_t *w, const char *instance_id)
+{
+    int reached = st_hint_publish(w->hint, instance_id);
+    if (w->session_by_hint && reached < 1) {
+        st_metric_inc(w->ex->m_hint_missed);
+        st_errbuf_t eb;
+        const char *params[] = {instance_id};
+        if (st_pg_exec(w->conn, "SELECT pg_notify('" ST_WAKE_CHANNEL "', $1)", 1, params,
+                       NULL, &eb) != ST_OK)
+            st_log_warn("could not notify a wake-up; the API's recheck answers its polls",
+                        "instance=%s: %s", instance_id, eb.msg);
+    }
+    if (w->ex->hints_may_replace && w->rely_on_hints != (reached >= 1)) {
+        w->rely_on_hints = reached >= 1;
+        st_log_info(w->rely_on_hints ? "wake-ups rely on Redis hints again"
+                                     : "a wake hint reached nobody; wake-ups notify PostgreSQL",
+                    NULL);
+    }
 }
 
 /* ---- one message ---------------------------------------------------------------- */
@@ -180,7 +233,7 @@ static void wakeup_committed(worker_t *w, const st_signal_t *sig, st_wake_outcom
     st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED ? ex->m_applied
                                                                            : ex->m_dropped);
     if (outcome == ST_WAKE_APPLIED)
-        st_hint_publish(w->hint, sig->instance_id);   /* after commit */
+        wake_api(w, sig->instance_id);   /* after commit */
     if (outcome != ST_WAKE_APPLIED && outcome != ST_WAKE_BUFFERED)
         st_log_info("signal dropped", "signal=%s instance=%s outcome=%s", sig->signal_id,
                     sig->instance_id, st_wake_outcome_name(outcome));
@@ -226,6 +279,7 @@ static int handle_message(worker_t *w, const rd_kafka_message_t *msg)
             backoff_sleep(ex, &backoff_ms);
             continue;
         }
+        sync_wake_mode(w);
         double started = st_mono_s();
         st_wake_outcome_t outcome = 0;
         st_err_t err = st_wakeup_run(w->conn, w->cache, ex->svc->cfg.node_id, &sig, &outcome,
@@ -278,6 +332,7 @@ static int handle_group(worker_t *w, inflight_t *const *items, int n)
             goto out;
     if (!ensure_pg(w))
         goto out;
+    sync_wake_mode(w);
     double started = st_mono_s();
     st_err_t err = st_pg_begin(w->conn, &eb);
     for (int i = 0; i < n && err == ST_OK; i++)
@@ -597,6 +652,8 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     if (ex == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the executor");
     ex->svc = svc;
+    ex->hints_may_replace = strcmp(svc->cfg.wake_notify, "fallback") == 0 &&
+                            svc->cfg.redis_url[0] != '\0';
     ex->nworkers = svc->cfg.executor_concurrency;
     ex->workers = calloc((size_t)ex->nworkers, sizeof *ex->workers);
     if (ex->workers == NULL) {
@@ -607,6 +664,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
         ex->workers[i].ex = ex;
         ex->workers[i].cache = st_defcache_new();
         ex->workers[i].hint = st_hint_new(&svc->cfg);
+        ex->workers[i].rely_on_hints = ex->hints_may_replace;
         pthread_mutex_init(&ex->workers[i].lock, NULL);
         pthread_cond_init(&ex->workers[i].cond, NULL);
     }
@@ -620,6 +678,10 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
                                           "Time of one wake-up transaction", NULL);
     ex->m_inflight = st_metrics_gauge("strand_executor_inflight_messages",
                                       "Consumed signals not yet committed", NULL);
+    ex->m_hint_missed = st_metrics_counter("strand_wake_hints_missed_total",
+                                           "Wake-ups whose Redis hint reached no subscriber, "
+                                           "notified through PostgreSQL after the commit",
+                                           NULL);
     char group[128];
     snprintf(group, sizeof group, "%sexecutor", svc->cfg.topic_prefix);
     static const char *const topics[] = {ST_TOPIC_SIGNALS, NULL};

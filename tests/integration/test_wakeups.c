@@ -15,6 +15,14 @@
  *    asserted under 1 s, against a wait_ms of 8 s).
  *    Also a long poll parked while PostgreSQL restarts: the API's LISTEN connection
  *    comes back by itself and the poll answers at the change.
+ *    With Redis up, the executor's wake-ups rely on the hint and do not notify
+ *    strand_wake (a test connection LISTENs and counts); with Redis stopped they
+ *    notify again (after the commit, the hint having reached nobody). Those runs set
+ *    STRAND_WAIT_RECHECK_MS to 60 s, so that only the hint or the notification can
+ *    answer within the asserted second. And a change that neither announces (a
+ *    transaction with strand.wake_by_hint on and no hint after it: an executor killed
+ *    between its commit and its publish) is answered by the API's recheck
+ *    (STRAND_WAIT_RECHECK_MS=300) within 2 s, against a wait_ms of 8 s.
  * 3. Signals lost by Kafka come back: with the executor stopped, signals are published
  *    to the signals topic, which is then deleted and created again (the Kafka admin
  *    API); instances waiting for those signals and for timers all complete, through
@@ -41,7 +49,7 @@
 #define PAIRS 8
 
 static char tag[40];
-static char def_quick[64], def_timer[64], def_signal[64];
+static char def_quick[64], def_timer[64], def_signal[64], def_park[64];
 
 static double now_s(void)
 {
@@ -137,6 +145,9 @@ static void import_definitions(void)
     snprintf(def_quick, sizeof def_quick, "wk-quick-%.8s", tag);
     snprintf(def_timer, sizeof def_timer, "wk-timer-%.8s", tag);
     snprintf(def_signal, sizeof def_signal, "wk-signal-%.8s", tag);
+    snprintf(def_park, sizeof def_park, "wk-park-%.8s", tag);   /* only the recheck's */
+    import(def_park, "[{\"id\":\"s\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"got\"},"
+                     "{\"id\":\"done\",\"type\":\"complete\",\"output\":\"1\"}]");
     import(def_quick, "[{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"1\"}},"
                       "{\"id\":\"done\",\"type\":\"complete\",\"output\":\"state.x\"}]");
     import(def_timer, "[{\"id\":\"t\",\"type\":\"timer\",\"delay\":\"input.delay\"},"
@@ -164,8 +175,37 @@ static double since_end(const char *id, double t)
     return ended_us > 0 ? t - ended_us / 1e6 : 1e9;
 }
 
-/* The slice, a start-and-wait and a long poll; `label` names the Redis situation. */
-static void check_wakeups(const char *label)
+/* A connection LISTENing on strand_wake, as the API's is. Caller PQfinish()es. */
+static PGconn *wake_listener(void)
+{
+    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
+    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
+    PGresult *res = PQexec(conn, "LISTEN strand_wake");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    return conn;
+}
+
+/* How many strand_wake notifications for `id` reached `listener` since it last looked
+ * (a round trip first, so that everything committed before is in). */
+static int notified(PGconn *listener, const char *id)
+{
+    PGresult *res = PQexec(listener, "SELECT 1");
+    PQclear(res);
+    PQconsumeInput(listener);
+    int n = 0;
+    PGnotify *note;
+    while ((note = PQnotifies(listener)) != NULL) {
+        n += strcmp(note->extra, id) == 0;
+        PQfreemem(note);
+    }
+    return n;
+}
+
+/* The slice, a start-and-wait and a long poll; `label` names the Redis situation.
+ * With `listener`, returns how many strand_wake notifications it received for the long
+ * poll's instance (from its start to its end); -1 without. */
+static int check_wakeups(const char *label, PGconn *listener)
 {
     /* The slice: start to completion. */
     char *id = start(def_quick, "1ms");
@@ -193,6 +233,8 @@ static void check_wakeups(const char *label)
     /* Long poll: parked while a 1.5 s timer runs, answered when it fires. */
     id = start(def_timer, "1500ms");
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    if (listener != NULL)
+        notified(listener, "");   /* forget what came before */
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE"
              " instance_id = '%s'", id);
@@ -206,6 +248,7 @@ static void check_wakeups(const char *label)
     CU_ASSERT_STRING_EQUAL(st ? st : "(none)", "completed");
     json_decref(answer);
     double poll_late = since_end(id, p1);
+    int notes = listener != NULL ? notified(listener, id) : -1;
     free(id);
     fprintf(stderr, "\nwakeups (%s): start-and-wait answered %.0f ms after the wake-up (%.0f ms"
             " in all), long poll %.0f ms after the change (%.0f ms in all), wait_ms %d\n", label,
@@ -214,32 +257,7 @@ static void check_wakeups(const char *label)
     CU_ASSERT_TRUE(poll_late < 1.0);
     CU_ASSERT_TRUE(t1 - t0 < WAIT_MS / 2000.0);
     CU_ASSERT_TRUE(p1 - p0 < WAIT_MS / 1000.0 - 1.0);
-}
-
-static void test_without_redis(void)
-{
-    char *saved = getenv("STRAND_REDIS_URL") ? strdup(getenv("STRAND_REDIS_URL")) : NULL;
-    unsetenv("STRAND_REDIS_URL");
-    CU_ASSERT_FATAL(it_start_all(90));
-    if (saved != NULL)
-        setenv("STRAND_REDIS_URL", saved, 1);
-    free(saved);
-    import_definitions();
-    check_wakeups("STRAND_REDIS_URL unset");
-    CU_ASSERT_TRUE(it_stop_all());
-}
-
-static void test_redis_stopped_mid_run(void)
-{
-    CU_ASSERT_FATAL(getenv("STRAND_REDIS_URL") != NULL);
-    CU_ASSERT_FATAL(it_start_all(90));
-    check_wakeups("Redis up");
-    CU_ASSERT_EQUAL(it_stack("stop redis"), 0);
-    check_wakeups("Redis stopped");
-    CU_ASSERT_EQUAL(it_stack("start redis"), 0);
-    sleep(6);   /* the API and the executor reconnect within 5 s */
-    check_wakeups("Redis started again");
-    CU_ASSERT_TRUE(it_stop_all());
+    return notes;
 }
 
 typedef struct {
@@ -255,6 +273,88 @@ static void *park_poll(void *arg)
     p->status = it_http(IT_API, "GET", p->path, NULL, &p->answer);
     p->answered_at = now_s();
     return NULL;
+}
+
+static void test_without_redis(void)
+{
+    char *saved = getenv("STRAND_REDIS_URL") ? strdup(getenv("STRAND_REDIS_URL")) : NULL;
+    unsetenv("STRAND_REDIS_URL");
+    CU_ASSERT_FATAL(it_start_all(90));
+    if (saved != NULL)
+        setenv("STRAND_REDIS_URL", saved, 1);
+    free(saved);
+    import_definitions();
+    check_wakeups("STRAND_REDIS_URL unset", NULL);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+static void test_redis_stopped_mid_run(void)
+{
+    CU_ASSERT_FATAL(getenv("STRAND_REDIS_URL") != NULL);
+    setenv("STRAND_WAIT_RECHECK_MS", "60000", 1);   /* only a hint or a notification */
+    CU_ASSERT_FATAL(it_start_all(90));
+    unsetenv("STRAND_WAIT_RECHECK_MS");
+    import_definitions();
+    PGconn *listener = wake_listener();
+    double missed = it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0);
+    /* Hints reach the API: the wake-ups of the long poll's instance (its timer step,
+     * then its end) do not notify PostgreSQL. */
+    CU_ASSERT_EQUAL(check_wakeups("Redis up", listener), 0);
+    CU_ASSERT_EQUAL(it_stack("stop redis"), 0);
+    /* Nobody gets the hints: PostgreSQL's notification answers. */
+    CU_ASSERT_TRUE(check_wakeups("Redis stopped", listener) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0) > missed);
+    CU_ASSERT_EQUAL(it_stack("start redis"), 0);
+    sleep(6);   /* the API and the executor reconnect within 5 s */
+    check_wakeups("Redis started again", NULL);
+    PQfinish(listener);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+/* A state change that neither notifies nor hints (what an executor killed between its
+ * commit and its hint leaves) still answers a parked long poll: the API's recheck. */
+static void test_unannounced_change_answered_by_recheck(void)
+{
+    setenv("STRAND_WAIT_RECHECK_MS", "300", 1);
+    CU_ASSERT_FATAL(it_start_all(90));
+    unsetenv("STRAND_WAIT_RECHECK_MS");
+    import_definitions();
+    char *id = start(def_park, "1ms");   /* waits for the signal "go" */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT state_version FROM strand.runtime_states WHERE"
+             " instance_id = '%s'", id);
+    CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 30), 1);
+    double rechecked = it_metric(IT_API, "strand_long_polls_total{by=\"recheck\"}", 0);
+    parked_poll_t poll = {0};
+    snprintf(poll.path, sizeof poll.path, "/v1/instances/%s?wait_ms=%d&after_version=1", id,
+             WAIT_MS);
+    pthread_t thread;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&thread, NULL, park_poll, &poll), 0);
+    usleep(700 * 1000);   /* parked, and rechecked twice with nothing moved */
+    PGconn *conn = it_pg_begin();
+    PGresult *res = PQexec(conn, "SET LOCAL strand.wake_by_hint = on");
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    snprintf(sql, sizeof sql, "UPDATE strand.runtime_states SET state_version = 2"
+             " WHERE instance_id = '%s'", id);
+    res = PQexec(conn, sql);
+    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    double changed = now_s();
+    it_pg_commit(conn);
+    pthread_join(thread, NULL);
+    CU_ASSERT_EQUAL(poll.status, 200);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(poll.answer, "state_version")), 2);
+    json_decref(poll.answer);
+    fprintf(stderr, "\nwakeups (a change with no hint and no notification): answered %.0f ms"
+            " after it, STRAND_WAIT_RECHECK_MS 300, wait_ms %d\n",
+            (poll.answered_at - changed) * 1000, WAIT_MS);
+    CU_ASSERT_TRUE(poll.answered_at - changed < 2.0);
+    CU_ASSERT_TRUE(it_metric(IT_API, "strand_long_polls_total{by=\"recheck\"}", 0) >
+                   rechecked);
+    free(id);
+    CU_ASSERT_TRUE(it_stop_all());
 }
 
 static void test_long_poll_across_postgres_restart(void)
@@ -450,6 +550,8 @@ int main(void)
          test_deadline_under_a_ms_reads_one},
         {"without Redis, waits answer at the change", test_without_redis},
         {"with Redis stopped mid-run, waits answer at the change", test_redis_stopped_mid_run},
+        {"a change that neither notifies nor hints is answered by the API's recheck",
+         test_unannounced_change_answered_by_recheck},
         {"a long poll parked while PostgreSQL restarts answers at the change",
          test_long_poll_across_postgres_restart},
         {"signals lost with the topic are published again", test_signals_topic_recreated},

@@ -15,7 +15,8 @@ static void clear_env(void)
     const char *vars[] = {"STRAND_PG_DSN", "STRAND_HTTP_PORT", "STRAND_LOG_LEVEL",
                           "STRAND_REDIS_URL", "STRAND_TOPIC_PREFIX", "STRAND_MAX_ATTEMPTS",
                           "STRAND_KAFKA_BROKERS", "STRAND_RECOVERY_INTERVAL_S",
-                          "STRAND_RECOVERY_BATCH", "STRAND_RECOVERY_GRACE_S"};
+                          "STRAND_RECOVERY_BATCH", "STRAND_RECOVERY_GRACE_S",
+                          "STRAND_WAKE_NOTIFY", "STRAND_WAIT_RECHECK_MS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -37,6 +38,8 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(cfg.kafka_session_timeout_ms, 6000);
     CU_ASSERT_EQUAL(cfg.consumer_poll_limit_ms, 30000);
     CU_ASSERT_EQUAL(cfg.kafka_lag_interval_ms, 5000);
+    CU_ASSERT_STRING_EQUAL(cfg.wake_notify, "fallback");
+    CU_ASSERT_EQUAL(cfg.wait_recheck_ms, 250);
     char topic[64];
     CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
                            "strand.signals");
@@ -86,6 +89,18 @@ static void test_rejects_bad_values(void)
     clear_env();
     setenv("STRAND_RECOVERY_GRACE_S", "soon", 1);
     CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    /* The wake-up paths (docs/configuration.md). */
+    clear_env();
+    setenv("STRAND_WAKE_NOTIFY", "sometimes", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "executor", 8081, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_WAKE_NOTIFY"));
+    setenv("STRAND_WAKE_NOTIFY", "always", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "executor", 8081, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(cfg.wake_notify, "always");
+    clear_env();
+    setenv("STRAND_WAIT_RECHECK_MS", "5", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_WAIT_RECHECK_MS"));
     clear_env();
 }
 

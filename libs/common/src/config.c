@@ -132,6 +132,8 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_TOPIC_PARTITIONS", 8, 1, 4096, topic_partitions);
     INT("STRAND_TOPIC_REPLICATION", 1, 1, 16, topic_replication);
     STR("STRAND_REDIS_URL", "", redis_url);
+    STR("STRAND_WAKE_NOTIFY", "fallback", wake_notify);
+    INT("STRAND_WAIT_RECHECK_MS", 250, 10, 60000, wait_recheck_ms);
     STR("STRAND_AUTH_FILE", "", auth_file);
     STR("STRAND_HTTP_TLS_CERT_FILE", "", tls_cert_file);
     STR("STRAND_HTTP_TLS_KEY_FILE", "", tls_key_file);
@@ -179,6 +181,11 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_LOG_LEVEL must be debug, info, warn or error, got \"%s\"",
                           cfg->log_level);
+    static const char *const wake_notify[] = {"fallback", "always", NULL};
+    if (!one_of(cfg->wake_notify, wake_notify))
+        return st_err_set(eb, ST_ERR_CONFIG,
+                          "STRAND_WAKE_NOTIFY must be fallback or always, got \"%s\"",
+                          cfg->wake_notify);
     if (cfg->kafka_brokers[0] == '\0')
         return st_err_set(eb, ST_ERR_CONFIG, "STRAND_KAFKA_BROKERS must not be empty");
     if ((err = check_kafka_security(cfg, eb)) != ST_OK)

@@ -63,23 +63,27 @@ static void hint_fail(st_hint_t *hint, const char *why)
     hint->retry_after = time(NULL) + BACKOFF_S;
 }
 
-void st_hint_publish(st_hint_t *hint, const char *instance_id)
+int st_hint_publish(st_hint_t *hint, const char *instance_id)
 {
     if (hint == NULL || !hint->enabled || time(NULL) < hint->retry_after)
-        return;
+        return -1;
     struct timeval limit = {0, 100000};
     if (hint->redis == NULL) {
         hint->redis = redisConnectWithTimeout(hint->host, hint->port, limit);
         if (hint->redis == NULL || hint->redis->err) {
             hint_fail(hint, hint->redis ? hint->redis->errstr : "no memory");
-            return;
+            return -1;
         }
         redisSetTimeout(hint->redis, limit);
     }
     redisReply *reply = redisCommand(hint->redis, "PUBLISH %s %s", hint->channel, instance_id);
     if (reply == NULL) {
         hint_fail(hint, hint->redis->errstr);
-        return;
+        return -1;
     }
+    int receivers = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : -1;
     freeReplyObject(reply);
+    if (receivers < 0)
+        hint_fail(hint, "PUBLISH did not answer with a number");
+    return receivers;
 }

@@ -29,6 +29,10 @@ typedef struct {
     char tls_cert_file[512];   /* STRAND_HTTP_TLS_CERT_FILE: PEM chain; empty = plain HTTP */
     char tls_key_file[512];    /* STRAND_HTTP_TLS_KEY_FILE: its PEM private key */
     char redis_url[256];       /* STRAND_REDIS_URL, empty = no Redis */
+    char wake_notify[16];      /* STRAND_WAKE_NOTIFY: "fallback" (the executor's wake-ups
+                                  notify PostgreSQL only when a Redis hint reached nobody)
+                                  or "always" */
+    int wait_recheck_ms;       /* STRAND_WAIT_RECHECK_MS: the API rechecks parked polls */
     char http_addr[64];        /* STRAND_HTTP_ADDR */
     int http_port;             /* STRAND_HTTP_PORT, default per service */
     char log_level[16];        /* STRAND_LOG_LEVEL */

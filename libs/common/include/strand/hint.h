@@ -2,15 +2,22 @@
  * hint.h - optional Redis wake-up hints, published after commit.
  *
  * A hint says "instance X changed" on the Redis channel <prefix>wake, so that waiters
- * (the API's long-polling GET) can look again at once instead of at their timeout.
- * Hints are only an accelerator: nothing depends on their delivery, and with Redis
- * absent (STRAND_REDIS_URL empty) or down everything works, only slower. Publishing
- * never blocks for more than 100 ms; after a failure it is skipped for 5 s.
+ * (the API's long polls and start-and-waits) look again at once. The executor's
+ * wake-ups rely on them instead of PostgreSQL's notification while they reach a
+ * subscriber (STRAND_WAKE_NOTIFY, services/executor/executor_loop.c); a hint that
+ * reached nobody is followed by that notification, and the API rechecks its parked
+ * polls every STRAND_WAIT_RECHECK_MS, so a lost hint delays an answer, never loses it.
+ * With Redis absent (STRAND_REDIS_URL empty) or down everything works. Publishing never
+ * blocks for more than 100 ms; after a failure it is skipped for 5 s.
  */
 #ifndef STRAND_HINT_H
 #define STRAND_HINT_H
 
 #include "strand/config.h"
+
+/* The PostgreSQL channel of instance changes (payload: the instance id): migration
+ * 0011's trigger notifies it, the API LISTENs on it. */
+#define ST_WAKE_CHANNEL "strand_wake"
 
 typedef struct st_hint st_hint_t;
 
@@ -19,8 +26,10 @@ typedef struct st_hint st_hint_t;
 st_hint_t *st_hint_new(const st_config_t *cfg);
 void st_hint_free(st_hint_t *hint);
 
-/* Publishes `instance_id` on <prefix>wake. Call after the transaction committed. */
-void st_hint_publish(st_hint_t *hint, const char *instance_id);
+/* Publishes `instance_id` on <prefix>wake. Call after the transaction committed.
+ * Returns the number of subscribers Redis delivered it to, or -1 when it was not
+ * published (no Redis configured, backing off after a failure, or this call failed). */
+int st_hint_publish(st_hint_t *hint, const char *instance_id);
 
 /* Parses "redis://host:port" into host and port; returns 0 if it is not one. */
 int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port);
