@@ -508,14 +508,19 @@ int it_sql_exec(const char *sql)
     return ok;
 }
 
-PGconn *it_pg_begin(void)
+PGconn *it_pg_session(const char *first)
 {
     PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
     CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
-    PGresult *res = PQexec(conn, "BEGIN");
+    PGresult *res = PQexec(conn, first);
     CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
     PQclear(res);
     return conn;
+}
+
+PGconn *it_pg_begin(void)
+{
+    return it_pg_session("BEGIN");
 }
 
 void it_pg_commit(PGconn *conn)

@@ -149,6 +149,11 @@ int it_produce_command(int type, const char *token, const char *target, const ch
  * a query), else prints the error and returns 0. */
 int it_sql_exec(const char *sql);
 
+/* Connects to the test database (stopping the test if it cannot) and runs `first`, a
+ * command without rows (asserted to succeed), e.g. "LISTEN strand_wake". Caller
+ * PQfinish()es. */
+PGconn *it_pg_session(const char *first);
+
 /* Connects to the test database (stopping the test if it cannot) and opens a
  * transaction, for the *_tx functions a Strand writer calls. End it with
  * it_pg_commit(), which also closes the connection. */

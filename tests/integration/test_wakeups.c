@@ -19,7 +19,9 @@
  *    strand_wake (a test connection LISTENs and counts); with Redis stopped they
  *    notify again (after the commit, the hint having reached nobody). Those runs set
  *    STRAND_WAIT_RECHECK_MS to 60 s, so that only the hint or the notification can
- *    answer within the asserted second. And a change that neither announces (a
+ *    answer within the asserted second; likewise an API started without Redis beside an
+ *    executor with it (its hints reach nobody, so it notifies). And a change that
+ *    neither announces (a
  *    transaction with strand.wake_by_hint on and no hint after it: an executor killed
  *    between its commit and its publish) is answered by the API's recheck
  *    (STRAND_WAIT_RECHECK_MS=300) within 2 s, against a wait_ms of 8 s.
@@ -178,12 +180,7 @@ static double since_end(const char *id, double t)
 /* A connection LISTENing on strand_wake, as the API's is. Caller PQfinish()es. */
 static PGconn *wake_listener(void)
 {
-    PGconn *conn = PQconnectdb(getenv("STRAND_PG_DSN"));
-    CU_ASSERT_EQUAL_FATAL(PQstatus(conn), CONNECTION_OK);
-    PGresult *res = PQexec(conn, "LISTEN strand_wake");
-    CU_ASSERT_EQUAL(PQresultStatus(res), PGRES_COMMAND_OK);
-    PQclear(res);
-    return conn;
+    return it_pg_session("LISTEN strand_wake");
 }
 
 /* How many strand_wake notifications for `id` reached `listener` since it last looked
@@ -307,6 +304,32 @@ static void test_redis_stopped_mid_run(void)
     CU_ASSERT_EQUAL(it_stack("start redis"), 0);
     sleep(6);   /* the API and the executor reconnect within 5 s */
     check_wakeups("Redis started again", NULL);
+    PQfinish(listener);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+/* An API configured without Redis beside an executor with it: the executor's hints
+ * reach nobody, so it notifies PostgreSQL after each commit, and the API answers on
+ * that notification (the recheck is set to 60 s, so it cannot be what answers). */
+static void test_api_without_redis_beside_executor_with_it(void)
+{
+    char *url = strdup(getenv("STRAND_REDIS_URL"));
+    setenv("STRAND_WAIT_RECHECK_MS", "60000", 1);
+    unsetenv("STRAND_REDIS_URL");
+    CU_ASSERT_FATAL(it_start(IT_API) > 0);
+    setenv("STRAND_REDIS_URL", url, 1);
+    unsetenv("STRAND_WAIT_RECHECK_MS");
+    free(url);
+    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0 && it_start(IT_SCHEDULER) > 0 &&
+                    it_start(IT_MONITOR) > 0);
+    for (int svc = IT_API; svc <= IT_MONITOR; svc++)
+        CU_ASSERT_FATAL(it_wait_http((it_service_t)svc, "/readyz", 200, 90));
+    import_definitions();
+    PGconn *listener = wake_listener();
+    double missed = it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0);
+    CU_ASSERT_TRUE(check_wakeups("the API without Redis, the executor with it", listener) >= 1);
+    CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0) > missed);
+    CU_ASSERT_TRUE(it_metric(IT_API, "strand_long_polls_total{by=\"notify\"}", 0) > 0);
     PQfinish(listener);
     CU_ASSERT_TRUE(it_stop_all());
 }
@@ -550,6 +573,8 @@ int main(void)
          test_deadline_under_a_ms_reads_one},
         {"without Redis, waits answer at the change", test_without_redis},
         {"with Redis stopped mid-run, waits answer at the change", test_redis_stopped_mid_run},
+        {"an API without Redis beside an executor with it answers on the notification",
+         test_api_without_redis_beside_executor_with_it},
         {"a change that neither notifies nor hints is answered by the API's recheck",
          test_unannounced_change_answered_by_recheck},
         {"a long poll parked while PostgreSQL restarts answers at the change",
