@@ -312,7 +312,7 @@ st_waiters_t *st_waiters_new(st_api_t *api, st_view_fn view)
     struct timeval every = {every_ms / 1000, (every_ms % 1000) * 1000};
     event_add(w->recheck, &every);
     pg_listen(w);
-    snprintf(w->channel, sizeof w->channel, "%swake", api->svc->cfg.topic_prefix);
+    snprintf(w->channel, sizeof w->channel, "%s" ST_HINT_WAKE, api->svc->cfg.topic_prefix);
     if (st_hint_parse_url(api->svc->cfg.redis_url, w->host, sizeof w->host, &w->port))
         subscribe(w);
     return w;

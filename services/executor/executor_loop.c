@@ -663,7 +663,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     for (int i = 0; i < ex->nworkers; i++) {
         ex->workers[i].ex = ex;
         ex->workers[i].cache = st_defcache_new();
-        ex->workers[i].hint = st_hint_new(&svc->cfg);
+        ex->workers[i].hint = st_hint_new(&svc->cfg, ST_HINT_WAKE);
         ex->workers[i].rely_on_hints = ex->hints_may_replace;
         pthread_mutex_init(&ex->workers[i].lock, NULL);
         pthread_cond_init(&ex->workers[i].cond, NULL);

@@ -133,8 +133,6 @@ static int process_due(PGconn *conn, void *ctx)
     int n = err == ST_OK ? PQntuples(rows) : 0;
     for (int i = 0; err == ST_OK && i < n; i++)
         err = handle_due_tx(m, rows, i, &eb);
-    if (err == ST_OK && n > 0)
-        err = st_pg_exec(m->conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb);
     if (err == ST_OK)
         err = st_pg_commit(m->conn, &eb);
     PQclear(rows);

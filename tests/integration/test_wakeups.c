@@ -25,6 +25,11 @@
  *    transaction with strand.wake_by_hint on and no hint after it: an executor killed
  *    between its commit and its publish) is answered by the API's recheck
  *    (STRAND_WAIT_RECHECK_MS=300) within 2 s, against a wait_ms of 8 s.
+ *    The relay is woken the same way: with Redis up, no outbox write notifies
+ *    strand_outbox (a second test connection LISTENs and counts), with Redis stopped
+ *    they do (strand_outbox_hints_missed_total rises), and a row committed with
+ *    neither (a writer killed between its commit and its hint) is published by the
+ *    leader's 250 ms recheck within 2 s, not after its 30 s safety wait.
  * 3. Signals lost by Kafka come back: with the executor stopped, signals are published
  *    to the signals topic, which is then deleted and created again (the Kafka admin
  *    API); instances waiting for those signals and for timers all complete, through
@@ -183,8 +188,15 @@ static PGconn *wake_listener(void)
     return it_pg_session("LISTEN strand_wake");
 }
 
-/* How many strand_wake notifications for `id` reached `listener` since it last looked
- * (a round trip first, so that everything committed before is in). */
+/* A connection LISTENing on strand_outbox, as the relay leader's is. Caller
+ * PQfinish()es. */
+static PGconn *outbox_listener(void)
+{
+    return it_pg_session("LISTEN strand_outbox");
+}
+
+/* How many notifications reached `listener` since it last looked, those whose payload
+ * is `id` (NULL: all); a round trip first, so that everything committed before is in. */
 static int notified(PGconn *listener, const char *id)
 {
     PGresult *res = PQexec(listener, "SELECT 1");
@@ -193,10 +205,34 @@ static int notified(PGconn *listener, const char *id)
     int n = 0;
     PGnotify *note;
     while ((note = PQnotifies(listener)) != NULL) {
-        n += strcmp(note->extra, id) == 0;
+        n += id == NULL || strcmp(note->extra, id) == 0;
         PQfreemem(note);
     }
     return n;
+}
+
+/* Waits until one relay leads and has had time to subscribe to outbox hints. */
+static void relay_leading(void)
+{
+    double deadline = now_s() + 30;
+    while (now_s() < deadline) {
+        double leaders = 0;
+        for (int svc = IT_API; svc <= IT_MONITOR; svc++)
+            leaders += it_metric((it_service_t)svc, "strand_outbox_relay_leader", 0);
+        if (leaders == 1)
+            break;
+        usleep(100 * 1000);
+    }
+    usleep(500 * 1000);   /* it subscribes on its first wait after taking the lead */
+}
+
+/* strand_outbox_hints_missed_total over the four services. */
+static double outbox_hints_missed(void)
+{
+    double sum = 0;
+    for (int svc = IT_API; svc <= IT_MONITOR; svc++)
+        sum += it_metric((it_service_t)svc, "strand_outbox_hints_missed_total", 0);
+    return sum;
 }
 
 /* The slice, a start-and-wait and a long poll; `label` names the Redis situation.
@@ -292,18 +328,28 @@ static void test_redis_stopped_mid_run(void)
     CU_ASSERT_FATAL(it_start_all(90));
     unsetenv("STRAND_WAIT_RECHECK_MS");
     import_definitions();
+    relay_leading();
     PGconn *listener = wake_listener();
+    PGconn *relay_listener = outbox_listener();
     double missed = it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0);
+    double outbox_missed = outbox_hints_missed();
     /* Hints reach the API: the wake-ups of the long poll's instance (its timer step,
-     * then its end) do not notify PostgreSQL. */
+     * then its end) do not notify PostgreSQL. And they reach the relay leader: the
+     * outbox rows of the starts (the API) and of the timer (the scheduler) do not
+     * notify strand_outbox either. */
     CU_ASSERT_EQUAL(check_wakeups("Redis up", listener), 0);
+    CU_ASSERT_EQUAL(notified(relay_listener, NULL), 0);
+    CU_ASSERT_EQUAL(outbox_hints_missed(), outbox_missed);
     CU_ASSERT_EQUAL(it_stack("stop redis"), 0);
-    /* Nobody gets the hints: PostgreSQL's notification answers. */
+    /* Nobody gets the hints: PostgreSQL's notification answers, and wakes the relay. */
     CU_ASSERT_TRUE(check_wakeups("Redis stopped", listener) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_wake_hints_missed_total", 0) > missed);
+    CU_ASSERT_TRUE(notified(relay_listener, NULL) >= 1);
+    CU_ASSERT_TRUE(outbox_hints_missed() > outbox_missed);
     CU_ASSERT_EQUAL(it_stack("start redis"), 0);
-    sleep(6);   /* the API and the executor reconnect within 5 s */
+    sleep(6);   /* the API, the executor and the relay reconnect within 5 s */
     check_wakeups("Redis started again", NULL);
+    PQfinish(relay_listener);
     PQfinish(listener);
     CU_ASSERT_TRUE(it_stop_all());
 }
@@ -377,6 +423,43 @@ static void test_unannounced_change_answered_by_recheck(void)
     CU_ASSERT_TRUE(it_metric(IT_API, "strand_long_polls_total{by=\"recheck\"}", 0) >
                    rechecked);
     free(id);
+    CU_ASSERT_TRUE(it_stop_all());
+}
+
+/* An outbox row committed without the notification and without a hint after it (what
+ * a writer killed between its commit and its hint leaves) is published by the relay
+ * leader's recheck within about 250 ms, not after its 30 s safety wait. */
+static void test_unannounced_outbox_row_published_by_recheck(void)
+{
+    CU_ASSERT_FATAL(it_start_all(90));
+    relay_leading();
+    /* The leader's start-up recovery sweep runs every second while it catches up
+     * (each run wakes the relay); wait until it has, so that only a hint, a
+     * notification or the recheck can publish the row. */
+    double sweeps = -1, stable_since = now_s(), deadline = now_s() + 90;
+    while (now_s() < deadline) {
+        double now_sweeps = 0;
+        for (int svc = IT_API; svc <= IT_MONITOR; svc++)
+            now_sweeps += it_metric((it_service_t)svc, "strand_outbox_recovery_sweeps_total", 0);
+        if (now_sweeps != sweeps) {
+            sweeps = now_sweeps;
+            stable_since = now_s();
+        } else if (now_s() - stable_since > 2.5) {
+            break;
+        }
+        usleep(100 * 1000);
+    }
+    long long id = it_sql_number("INSERT INTO strand.outbox (topic, key, payload)"
+                                 " VALUES ('notices', 'unannounced', '\\x00'::bytea) RETURNING id");
+    CU_ASSERT_FATAL(id > 0);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE id = %lld"
+             " AND published_at IS NOT NULL", id);
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
+    double took = now_s() - t0;
+    fprintf(stderr, "\nan unannounced outbox row was published after %.0f ms\n", took * 1000);
+    CU_ASSERT_TRUE(took < 2.0);
     CU_ASSERT_TRUE(it_stop_all());
 }
 
@@ -577,6 +660,8 @@ int main(void)
          test_api_without_redis_beside_executor_with_it},
         {"a change that neither notifies nor hints is answered by the API's recheck",
          test_unannounced_change_answered_by_recheck},
+        {"an outbox row that neither notifies nor hints is published by the relay's recheck",
+         test_unannounced_outbox_row_published_by_recheck},
         {"a long poll parked while PostgreSQL restarts answers at the change",
          test_long_poll_across_postgres_restart},
         {"signals lost with the topic are published again", test_signals_topic_recreated},

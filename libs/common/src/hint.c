@@ -35,13 +35,13 @@ int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port)
     return *port > 0 && *port < 65536;
 }
 
-st_hint_t *st_hint_new(const st_config_t *cfg)
+st_hint_t *st_hint_new(const st_config_t *cfg, const char *channel)
 {
     st_hint_t *hint = calloc(1, sizeof *hint);
     if (hint == NULL)
         abort();
     hint->enabled = st_hint_parse_url(cfg->redis_url, hint->host, sizeof hint->host, &hint->port);
-    snprintf(hint->channel, sizeof hint->channel, "%swake", cfg->topic_prefix);
+    snprintf(hint->channel, sizeof hint->channel, "%s%s", cfg->topic_prefix, channel);
     return hint;
 }
 
@@ -56,14 +56,14 @@ void st_hint_free(st_hint_t *hint)
 
 static void hint_fail(st_hint_t *hint, const char *why)
 {
-    st_log_debug("wake hint skipped", "%s; retrying in %d s", why, BACKOFF_S);
+    st_log_debug("hint skipped", "%s: %s; retrying in %d s", hint->channel, why, BACKOFF_S);
     if (hint->redis != NULL)
         redisFree(hint->redis);
     hint->redis = NULL;
     hint->retry_after = time(NULL) + BACKOFF_S;
 }
 
-int st_hint_publish(st_hint_t *hint, const char *instance_id)
+int st_hint_publish(st_hint_t *hint, const char *message)
 {
     if (hint == NULL || !hint->enabled || time(NULL) < hint->retry_after)
         return -1;
@@ -76,7 +76,7 @@ int st_hint_publish(st_hint_t *hint, const char *instance_id)
         }
         redisSetTimeout(hint->redis, limit);
     }
-    redisReply *reply = redisCommand(hint->redis, "PUBLISH %s %s", hint->channel, instance_id);
+    redisReply *reply = redisCommand(hint->redis, "PUBLISH %s %s", hint->channel, message);
     if (reply == NULL) {
         hint_fail(hint, hint->redis->errstr);
         return -1;

@@ -234,6 +234,7 @@ typedef struct {
     int backend_pid;
     int begin_pending;         /* the BEGIN is not sent yet */
     queued_t *queued, **queued_tail;
+    st_pg_after_commit_fn after_commit;   /* NULL: none (st_pg_after_commit) */
 } open_tx_t;
 
 static __thread open_tx_t open_txs[OPEN_TXS];
@@ -672,23 +673,38 @@ st_err_t st_pg_exec_commit(PGconn *conn, const char *sql, int nparams,
     if (res != NULL)
         *res = NULL;
     open_tx_t *tx = tx_find(conn);
+    st_pg_after_commit_fn after = tx != NULL ? tx->after_commit : NULL;
     PGresult *r = exec_with_pending(conn, tx, sql, nparams, params, NULL, NULL, 0, 1);
     tx_release(tx);
     st_err_t err = take_result(conn, r, res, eb);
     tx_end(conn, err == ST_OK ? "commit" : "commit_failed");
+    if (err == ST_OK && after != NULL)
+        after(conn);
     return err;
 }
 
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb)
 {
     open_tx_t *tx = tx_find(conn);
+    st_pg_after_commit_fn after = tx != NULL ? tx->after_commit : NULL;
     st_err_t err = ST_OK;
     if (tx == NULL || tx->queued != NULL || !tx->begin_pending)   /* else nothing was sent */
         err = take_result(conn, exec_with_pending(conn, tx, NULL, 0, NULL, NULL, NULL, 0, 1),
                           NULL, eb);
     tx_release(tx);
     tx_end(conn, err == ST_OK ? "commit" : "commit_failed");
+    if (err == ST_OK && after != NULL)
+        after(conn);
     return err;
+}
+
+int st_pg_after_commit(PGconn *conn, st_pg_after_commit_fn fn)
+{
+    open_tx_t *tx = tx_find(conn);
+    if (tx == NULL)
+        return 0;
+    tx->after_commit = fn;
+    return 1;
 }
 
 void st_pg_rollback(PGconn *conn)

@@ -9,8 +9,9 @@
  *
  * CONNECT: PostgreSQL, retried with backoff. STANDBY: try for the session advisory lock
  * every second. LEAD: claim and publish batches until a claim comes back short, then
- * purge and sweep. WAIT: poll(2) on the notification socket and the stop pipe, a 30 s
- * timeout being the safety net for a missed notification. A lost connection from any
+ * purge and sweep. WAIT: poll(2) on the notification socket, the Redis hint
+ * subscription (while leading, see outbox.h) and the stop pipe, a 30 s timeout (250 ms
+ * while subscribed) being the safety net for a missed notification or hint. A lost connection from any
  * state goes back to CONNECT (and frees the lock for a standby); a leader that cannot
  * reach Kafka for 10 s steps down for 10 s.
  *
@@ -23,6 +24,7 @@
 #include "strand/outbox.h"
 
 #include <errno.h>
+#include <hiredis.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strand/hint.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -40,6 +43,11 @@
 #include "strand/util.h"
 
 #define SAFETY_WAIT_MS 30000
+/* While the leader is subscribed to outbox hints, writers may skip the notification;
+ * a hint lost with its writer (killed between its commit and its publish) delays the
+ * rows by at most this long. */
+#define HINTED_RECHECK_MS 250
+#define HINTS_RETRY_S 5             /* after a failed subscription */
 #define PURGE_EVERY_S 60
 /* Arbitrary constant: the session advisory lock held by the one relay that publishes
  * (the leader). Two relays publishing side by side could send one key's rows out of
@@ -63,8 +71,15 @@ struct st_relay {
     rd_kafka_t *producer;
     time_t last_purge;
     st_recovery_t *recovery;   /* the sweep, run while leading */
+    /* The leader's subscription to <prefix>outbox hints (NULL: none); see outbox.h. */
+    redisContext *hints;
+    time_t hints_retry_after;
+    char hints_host[200], hints_channel[96];
+    int hints_port;
     st_metric_t *published, *failed, *set_aside, *lag, *backlog, *leading;
 };
+
+static void hints_unsubscribe(st_relay_t *r);
 
 /* Delivery status of one produced row, the message's opaque. Each is its own
  * allocation: the relay frees it once its report came; one whose report has not come
@@ -111,33 +126,146 @@ static int permanent_error(rd_kafka_resp_err_t err)
     }
 }
 
+/* ---- waking the relay (writers' side; see outbox.h) ------------------------------- */
+
+/* Set once by the first st_relay_start() of the process (hints_configure): writers
+ * publish outbox hints only in a process that runs a relay (a service); elsewhere
+ * (strand-admin, tests) every outbox insert notifies. */
+static st_config_t hints_cfg;
+static int hints_may_replace;   /* STRAND_WAKE_NOTIFY=fallback and Redis configured */
+static st_metric_t *m_hints_missed;
+static pthread_key_t hints_key;   /* this thread's outbox_waker_t, freed at its exit */
+
+/* One writing thread's publisher, and whether its outbox inserts skip the notification
+ * (its last hint reached the relay leader). */
+typedef struct {
+    st_hint_t *hint;
+    int rely_on_hints;
+} outbox_waker_t;
+
+static void waker_free(void *p)
+{
+    outbox_waker_t *w = p;
+    st_hint_free(w->hint);
+    free(w);
+}
+
+static void hints_configure(const st_config_t *cfg)
+{
+    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+    static int configured;
+    pthread_mutex_lock(&once);
+    if (!configured) {
+        configured = 1;
+        hints_cfg = *cfg;
+        m_hints_missed = st_metrics_counter("strand_outbox_hints_missed_total",
+                                            "Outbox commits whose Redis hint reached no relay,"
+                                            " so the writer notified PostgreSQL", NULL);
+        if (pthread_key_create(&hints_key, waker_free) != 0)
+            abort();
+        __atomic_store_n(&hints_may_replace,
+                         cfg->redis_url[0] != '\0' && strcmp(cfg->wake_notify, "fallback") == 0,
+                         __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&once);
+}
+
+/* This thread's waker, or NULL in a process without a relay or without hints. */
+static outbox_waker_t *waker(void)
+{
+    if (!__atomic_load_n(&hints_may_replace, __ATOMIC_ACQUIRE))
+        return NULL;
+    outbox_waker_t *w = pthread_getspecific(hints_key);
+    if (w == NULL) {
+        w = calloc(1, sizeof *w);
+        if (w == NULL)
+            abort();
+        w->hint = st_hint_new(&hints_cfg, ST_HINT_OUTBOX);
+        w->rely_on_hints = 1;   /* a hint that reaches nobody is followed by NOTIFY */
+        pthread_setspecific(hints_key, w);
+    }
+    return w;
+}
+
+/* After the commit of outbox rows inserted without the notification: the hint, and
+ * the notification when it reached no relay leader (none subscribed, Redis down). */
+static void outbox_committed_unnotified(PGconn *conn)
+{
+    outbox_waker_t *w = waker();
+    int reached = w != NULL ? st_hint_publish(w->hint, "1") : -1;
+    if (reached < 1) {
+        st_metric_inc(m_hints_missed);
+        st_errbuf_t eb;
+        if (st_pg_exec(conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb) != ST_OK)
+            st_log_warn("could not notify the relay; its recheck publishes the rows",
+                        "%s", eb.msg);
+    }
+    if (w != NULL && w->rely_on_hints != (reached >= 1)) {
+        w->rely_on_hints = reached >= 1;
+        st_log_info(w->rely_on_hints ? "outbox writes rely on Redis hints again"
+                                     : "an outbox hint reached no relay; outbox writes notify"
+                                       " PostgreSQL",
+                    NULL);
+    }
+}
+
+/* After the commit of outbox rows inserted with the notification: a hint that gets
+ * through lets this thread's next inserts skip it. */
+static void outbox_committed_notified(PGconn *conn)
+{
+    (void)conn;
+    outbox_waker_t *w = waker();
+    if (w != NULL && st_hint_publish(w->hint, "1") >= 1) {
+        w->rely_on_hints = 1;
+        st_log_info("outbox writes rely on Redis hints again", NULL);
+    }
+}
+
+/* Queues the insert `sql_insert` (a WITH ... INSERT whose outer SELECT is appended
+ * here) with the relay's notification, or without it when this thread's hints reach
+ * the relay leader and the transaction's commit can publish one. */
+static st_err_t outbox_queue(PGconn *conn, const char *sql_notify, const char *sql_quiet,
+                             int nparams, const char *const *params, const int *lengths,
+                             const int *formats, st_errbuf_t *eb)
+{
+    outbox_waker_t *w = waker();
+    int quiet = w != NULL && w->rely_on_hints &&
+                st_pg_after_commit(conn, outbox_committed_unnotified);
+    if (!quiet && w != NULL)
+        st_pg_after_commit(conn, outbox_committed_notified);
+    return st_pg_queue_bin(conn, quiet ? sql_quiet : sql_notify, nparams, params, lengths,
+                           formats, eb);
+}
+
+#define OUTBOX_INSERT "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
+#define OUTBOX_INSERT_SIGNAL                                                                 \
+    "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id)" \
+    " VALUES ('" ST_TOPIC_SIGNALS "', $1, $2, $3, $4::uuid))"
+#define OUTBOX_NOTIFY " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')"
+#define OUTBOX_QUIET " SELECT 1"
+
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb)
 {
     /* The insert and the notification (delivered at commit) in one statement, queued:
      * it goes out with the transaction's next statement or its COMMIT. */
-    static const char *const sql_outbox_insert =
-        "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
-        " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')";
     const char *params[] = {topic, key, payload};
     int lengths[] = {0, 0, (int)len};
     int formats[] = {0, 0, 1};
-    return st_pg_queue_bin(conn, sql_outbox_insert, 3, params, lengths, formats, eb);
+    return outbox_queue(conn, OUTBOX_INSERT OUTBOX_NOTIFY, OUTBOX_INSERT OUTBOX_QUIET, 3, params,
+                        lengths, formats, eb);
 }
 
 st_err_t st_outbox_add_signal_tx(PGconn *conn, const char *signal_id, const char *instance_id,
                                  const void *payload, size_t len, st_errbuf_t *eb)
 {
-    static const char *const sql_outbox_insert_signal =
-        "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id)"
-        " VALUES ('" ST_TOPIC_SIGNALS "', $1, $2, $3, $4::uuid))"
-        " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')";
     /* An id that is no UUID is not tracked (the executor drops its signal anyway). */
     const char *params[] = {instance_id, payload, signal_id,
                             st_uuid_valid(instance_id) ? instance_id : NULL};
     int lengths[] = {0, (int)len, 0, 0};
     int formats[] = {0, 1, 0, 0};
-    return st_pg_queue_bin(conn, sql_outbox_insert_signal, 4, params, lengths, formats, eb);
+    return outbox_queue(conn, OUTBOX_INSERT_SIGNAL OUTBOX_NOTIFY,
+                        OUTBOX_INSERT_SIGNAL OUTBOX_QUIET, 4, params, lengths, formats, eb);
 }
 
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -179,6 +307,7 @@ static void relay_disconnect(st_relay_t *r)
 {
     __atomic_store_n(&r->ready, 0, __ATOMIC_RELEASE);
     set_leader(r, 0);   /* the session's lock goes with it */
+    hints_unsubscribe(r);
     if (r->conn != NULL)
         PQfinish(r->conn);
     r->conn = NULL;
@@ -240,6 +369,7 @@ static void relay_resign(st_relay_t *r)
         relay_disconnect(r);   /* ending the session releases the lock too */
     } else {
         set_leader(r, 0);
+        hints_unsubscribe(r);
     }
     r->resigned_until = time(NULL) + RESIGNED_PAUSE_S;
     st_log_warn("relay stepped down: Kafka unreachable", "for %d s; another relay may publish",
@@ -443,27 +573,89 @@ static void relay_purge(st_relay_t *r)
     }
 }
 
-/* Waits for a notification, a stop request, the safety timeout or the next sweep. */
+static void hints_unsubscribe(st_relay_t *r)
+{
+    if (r->hints != NULL)
+        redisFree(r->hints);
+    r->hints = NULL;
+}
+
+static void hints_failed(st_relay_t *r, const char *why)
+{
+    st_log_info("relay not subscribed to outbox hints; writers notify PostgreSQL",
+                "%s; retrying in %d s", why, HINTS_RETRY_S);
+    hints_unsubscribe(r);
+    r->hints_retry_after = time(NULL) + HINTS_RETRY_S;
+}
+
+/* The leader subscribes to <prefix>outbox (when Redis is configured and writers may
+ * rely on hints), at most every HINTS_RETRY_S after a failure. */
+static void hints_subscribe(st_relay_t *r)
+{
+    if (r->hints != NULL || r->hints_port == 0 || time(NULL) < r->hints_retry_after)
+        return;
+    struct timeval limit = {0, 200000};
+    r->hints = redisConnectWithTimeout(r->hints_host, r->hints_port, limit);
+    if (r->hints == NULL || r->hints->err) {
+        hints_failed(r, r->hints != NULL ? r->hints->errstr : "no memory");
+        return;
+    }
+    redisSetTimeout(r->hints, limit);
+    redisReply *reply = redisCommand(r->hints, "SUBSCRIBE %s", r->hints_channel);
+    if (reply == NULL) {
+        hints_failed(r, r->hints->errstr);
+        return;
+    }
+    freeReplyObject(reply);
+    st_log_info("relay subscribed to outbox hints", "channel=%s", r->hints_channel);
+}
+
+/* Reads the hints that arrived (the socket polled readable, or replies already
+ * buffered); returns how many. A broken subscription is dropped. */
+static int hints_take(st_relay_t *r, int readable)
+{
+    if (r->hints == NULL)
+        return 0;
+    if (readable && redisBufferRead(r->hints) != REDIS_OK) {
+        hints_failed(r, r->hints->errstr[0] ? r->hints->errstr : "connection closed");
+        return 0;
+    }
+    int n = 0;
+    void *reply = NULL;
+    while (redisGetReplyFromReader(r->hints, &reply) == REDIS_OK && reply != NULL) {
+        freeReplyObject(reply);
+        reply = NULL;
+        n++;
+    }
+    return n;
+}
+
+/* Waits for a notification, a hint, a stop request, the safety timeout or the next
+ * sweep. */
 static void relay_wait(st_relay_t *r)
 {
     /* Notifications that arrived while a claim query ran are already buffered in
      * libpq; the socket will not signal them again. */
     PQconsumeInput(r->conn);
     PGnotify *pending = PQnotifies(r->conn);
-    if (pending != NULL) {
-        do
+    int hinted = hints_take(r, 0);
+    if (pending != NULL || hinted > 0) {
+        for (; pending != NULL; pending = PQnotifies(r->conn))
             PQfreemem(pending);
-        while ((pending = PQnotifies(r->conn)) != NULL);
         return;
     }
-    struct pollfd pfd[2] = {{.fd = PQsocket(r->conn), .events = POLLIN},
-                            {.fd = r->stop_pipe[0], .events = POLLIN}};
+    hints_subscribe(r);
+    struct pollfd pfd[3] = {{.fd = PQsocket(r->conn), .events = POLLIN},
+                            {.fd = r->stop_pipe[0], .events = POLLIN},
+                            {.fd = r->hints != NULL ? r->hints->fd : -1, .events = POLLIN}};
     int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
-    int wait_ms = kafka_up ? SAFETY_WAIT_MS : 1000;
+    int wait_ms = !kafka_up ? 1000 : r->hints != NULL ? HINTED_RECHECK_MS : SAFETY_WAIT_MS;
     long long sweep_in = st_recovery_wait_ms(r->recovery);
     if (kafka_up && sweep_in < wait_ms)   /* no sweep while Kafka is down (relay_main) */
         wait_ms = (int)sweep_in;
-    poll(pfd, 2, wait_ms);
+    poll(pfd, 3, wait_ms);
+    if (pfd[2].revents != 0)
+        hints_take(r, 1);
     rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
     recheck_kafka(r);
     PQconsumeInput(r->conn);
@@ -558,6 +750,13 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
     if (r == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the relay");
     r->cfg = *cfg;
+    hints_configure(cfg);
+    if (__atomic_load_n(&hints_may_replace, __ATOMIC_ACQUIRE) &&
+        st_hint_parse_url(cfg->redis_url, r->hints_host, sizeof r->hints_host, &r->hints_port))
+        snprintf(r->hints_channel, sizeof r->hints_channel, "%s" ST_HINT_OUTBOX,
+                 cfg->topic_prefix);
+    else
+        r->hints_port = 0;
     r->recovery = st_recovery_new(cfg);
     r->published = st_metrics_counter("strand_outbox_published_total",
                                       "Outbox rows published to Kafka", NULL);

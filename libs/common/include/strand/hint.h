@@ -1,8 +1,11 @@
 /*
  * hint.h - optional Redis wake-up hints, published after commit.
  *
- * A hint says "instance X changed" on the Redis channel <prefix>wake, so that waiters
- * (the API's long polls and start-and-waits) look again at once. The executor's
+ * Two channels. A hint on <prefix>wake says "instance X changed", so that waiters
+ * (the API's long polls and start-and-waits) look again at once. A hint on
+ * <prefix>outbox says "outbox rows committed", so that the relay leader drains at once
+ * (outbox.h); writers rely on it instead of PostgreSQL's notification in the same way
+ * as the executor does below. The executor's
  * wake-ups rely on them instead of PostgreSQL's notification while they reach a
  * subscriber (STRAND_WAKE_NOTIFY, services/executor/executor_loop.c); a hint that
  * reached nobody is followed by that notification, and the API rechecks its parked
@@ -19,17 +22,22 @@
  * 0011's trigger notifies it, the API LISTENs on it. */
 #define ST_WAKE_CHANNEL "strand_wake"
 
+/* The Redis channels' names after STRAND_TOPIC_PREFIX. */
+#define ST_HINT_WAKE "wake"
+#define ST_HINT_OUTBOX "outbox"
+
 typedef struct st_hint st_hint_t;
 
-/* A publisher for one thread. Never fails: without Redis it does nothing.
- * Caller frees with st_hint_free(). */
-st_hint_t *st_hint_new(const st_config_t *cfg);
+/* A publisher on <prefix>`channel` (ST_HINT_WAKE or ST_HINT_OUTBOX) for one thread.
+ * Never fails: without Redis it does nothing. Caller frees with st_hint_free(). */
+st_hint_t *st_hint_new(const st_config_t *cfg, const char *channel);
 void st_hint_free(st_hint_t *hint);
 
-/* Publishes `instance_id` on <prefix>wake. Call after the transaction committed.
- * Returns the number of subscribers Redis delivered it to, or -1 when it was not
- * published (no Redis configured, backing off after a failure, or this call failed). */
-int st_hint_publish(st_hint_t *hint, const char *instance_id);
+/* Publishes `message` (an instance id on ST_HINT_WAKE). Call after the transaction
+ * committed. Returns the number of subscribers Redis delivered it to, or -1 when it
+ * was not published (no Redis configured, backing off after a failure, or this call
+ * failed). */
+int st_hint_publish(st_hint_t *hint, const char *message);
 
 /* Parses "redis://host:port" into host and port; returns 0 if it is not one. */
 int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port);

@@ -7,9 +7,17 @@
  * to Kafka. Any number of relays run; one of them, the leader, holds a session advisory
  * lock and publishes (so each key's messages keep their commit order), the others stand
  * by and take over within about a second when the leader's session ends. The leader
- * wakes on LISTEN/NOTIFY, claims the oldest rows, produces them with the idempotent
- * producer and marks them published only after their delivery reports succeed, up to
- * the first failure. Published rows are purged after STRAND_OUTBOX_RETENTION_S, except
+ * wakes on LISTEN/NOTIFY or on a Redis hint, claims the oldest rows, produces them with
+ * the idempotent producer and marks them published only after their delivery reports
+ * succeed, up to the first failure.
+ *
+ * Waking the leader: an insert notifies strand_outbox at commit, except in a process
+ * that runs a relay, with Redis configured and STRAND_WAKE_NOTIFY=fallback, on a
+ * thread whose last hint reached the leader: there the insert skips the notification
+ * (every notifying commit queues on one database-wide lock through its WAL flush) and
+ * the commit publishes a hint on <prefix>outbox (st_pg_after_commit); a hint that
+ * reaches nobody is followed by the notification. While subscribed, the leader also
+ * looks every 250 ms, which bounds a hint lost with its writer. Published rows are purged after STRAND_OUTBOX_RETENTION_S, except
  * signal rows the leader's recovery sweep (recovery.h) has not yet seen applied.
  */
 #ifndef STRAND_OUTBOX_H
@@ -27,8 +35,8 @@
 /* Appends one message for `topic` (a suffix such as ST_TOPIC_SIGNALS) with partition
  * `key` (may be NULL). Expects the caller to hold an open transaction on `conn`; the
  * insert is queued (st_pg_queue_bin()), so it goes out with the transaction's next
- * statement or its COMMIT and an error in it is reported there. The relay is notified
- * when it commits. `payload` is copied. */
+ * statement or its COMMIT and an error in it is reported there. The relay is woken
+ * when it commits (a notification or a hint, above). `payload` is copied. */
 st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
                           const void *payload, size_t len, st_errbuf_t *eb);
 

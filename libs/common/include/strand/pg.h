@@ -81,6 +81,14 @@ st_err_t st_pg_exec_commit(PGconn *conn, const char *sql, int nparams,
 /* Rolls back if a transaction is open; never fails (a lost connection is noticed by
  * the next statement). */
 void st_pg_rollback(PGconn *conn);
+/* Runs after a successful commit of a transaction; `conn` is idle by then. */
+typedef void (*st_pg_after_commit_fn)(PGconn *conn);
+/* Asks for `fn` to run once after this thread's open transaction on `conn` commits
+ * (st_pg_commit() or st_pg_exec_commit()), and not at all if it rolls back or fails;
+ * a later call for the same transaction replaces the earlier. Returns 0 when this
+ * thread tracks no transaction on `conn` (none was begun with st_pg_begin(), or more
+ * were open than it tracks): the caller must then not rely on `fn` running. */
+int st_pg_after_commit(PGconn *conn, st_pg_after_commit_fn fn);
 
 /* Applies a service's session settings (SET ...) to a new connection. */
 typedef st_err_t (*st_pg_setup_fn)(PGconn *conn, st_errbuf_t *eb);
