@@ -593,13 +593,22 @@ static int w3(void)
     char like[96];
     snprintf(like, sizeof like, "%s-%%", g_tag);
     const char *p[] = {like};
+    /* The run's timers lie between two ids: the poll below reads that range by the
+     * primary key, not the whole table (a scan of every timer kept for the retention,
+     * four times a second, loaded the machine whose lateness it measures). */
+    char first_id[24], last_id[24];
+    snprintf(first_id, sizeof first_id, "%lld",
+             sql_number("SELECT min(id) FROM strand.timers WHERE waiting_token LIKE $1", 1, p));
+    snprintf(last_id, sizeof last_id, "%lld",
+             sql_number("SELECT max(id) FROM strand.timers WHERE waiting_token LIKE $1", 1, p));
+    const char *range[] = {like, first_id, last_id};
     double until = (double)(base + window_ms) + 60000.0;
     if (until > g_deadline_ms)
         until = g_deadline_ms;
     long long fired = 0;
     while (now_ms() < until) {
-        fired = sql_number("SELECT count(*) FROM strand.timers WHERE waiting_token LIKE $1"
-                           " AND fired_at IS NOT NULL", 1, p);
+        fired = sql_number("SELECT count(*) FROM strand.timers WHERE id BETWEEN $2 AND $3"
+                           " AND waiting_token LIKE $1 AND fired_at IS NOT NULL", 3, range);
         if (fired >= n)
             break;
         usleep(250 * 1000);

@@ -75,7 +75,8 @@ struct st_relay {
     redisContext *hints;
     time_t hints_retry_after;
     char hints_host[200], hints_channel[96];
-    int hints_port;
+    int hints_port;     /* 0: writers never rely on hints here (no Redis, or always) */
+    int hints_subscribed;   /* the last attempt succeeded (hints_failed logs a loss once) */
     st_metric_t *published, *failed, *set_aside, *lag, *backlog, *leading;
 };
 
@@ -580,10 +581,15 @@ static void hints_unsubscribe(st_relay_t *r)
     r->hints = NULL;
 }
 
+/* Drops the subscription; logged once per loss (at debug while it keeps failing). */
 static void hints_failed(st_relay_t *r, const char *why)
 {
-    st_log_info("relay not subscribed to outbox hints; writers notify PostgreSQL",
-                "%s; retrying in %d s", why, HINTS_RETRY_S);
+    if (r->hints_subscribed)
+        st_log_info("relay not subscribed to outbox hints; writers notify PostgreSQL",
+                    "%s; retrying every %d s", why, HINTS_RETRY_S);
+    else
+        st_log_debug("relay could not subscribe to outbox hints", "%s", why);
+    r->hints_subscribed = 0;
     hints_unsubscribe(r);
     r->hints_retry_after = time(NULL) + HINTS_RETRY_S;
 }
@@ -607,6 +613,7 @@ static void hints_subscribe(st_relay_t *r)
         return;
     }
     freeReplyObject(reply);
+    r->hints_subscribed = 1;
     st_log_info("relay subscribed to outbox hints", "channel=%s", r->hints_channel);
 }
 
