@@ -11,9 +11,9 @@
  * every second. LEAD: claim and publish batches until a claim comes back short, then
  * purge and sweep. WAIT: poll(2) on the notification socket, the Redis hint
  * subscription (while leading, see outbox.h) and the stop pipe, a 30 s timeout (250 ms
- * while subscribed) being the safety net for a missed notification or hint. A lost connection from any
- * state goes back to CONNECT (and frees the lock for a standby); a leader that cannot
- * reach Kafka for 10 s steps down for 10 s.
+ * while subscribed) being the safety net for a missed notification or hint. A lost
+ * connection from any state goes back to CONNECT (and frees the lock for a standby); a
+ * leader that cannot reach Kafka for 10 s steps down for 10 s.
  *
  * The leader also purges published rows and runs the recovery sweep (recovery.h): at
  * once when it takes the lead, then every STRAND_RECOVERY_INTERVAL_S, between drains.
@@ -222,9 +222,9 @@ static void outbox_committed_notified(PGconn *conn)
     }
 }
 
-/* Queues the insert `sql_insert` (a WITH ... INSERT whose outer SELECT is appended
- * here) with the relay's notification, or without it when this thread's hints reach
- * the relay leader and the transaction's commit can publish one. */
+/* Queues an outbox insert: `sql_notify` (it notifies the relay at commit), or
+ * `sql_quiet` (it does not) when this thread's hints reach the relay leader and the
+ * transaction's commit can publish one (st_pg_after_commit). */
 static st_err_t outbox_queue(PGconn *conn, const char *sql_notify, const char *sql_quiet,
                              int nparams, const char *const *params, const int *lengths,
                              const int *formats, st_errbuf_t *eb)
@@ -238,7 +238,8 @@ static st_err_t outbox_queue(PGconn *conn, const char *sql_notify, const char *s
                            formats, eb);
 }
 
-#define OUTBOX_INSERT "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
+#define OUTBOX_INSERT                                                                    \
+    "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
 #define OUTBOX_INSERT_SIGNAL                                                                 \
     "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id)" \
     " VALUES ('" ST_TOPIC_SIGNALS "', $1, $2, $3, $4::uuid))"
