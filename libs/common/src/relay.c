@@ -11,7 +11,8 @@
  * every second. LEAD: claim and publish batches until a claim comes back short, then
  * purge and sweep. WAIT: poll(2) on the notification socket, the Redis hint
  * subscription (while leading, see outbox.h) and the stop pipe, a 30 s timeout (250 ms
- * while subscribed) being the safety net for a missed notification or hint. A lost
+ * when writers may rely on hints) being the safety net for a missed notification or
+ * hint. A lost
  * connection from any state goes back to CONNECT (and frees the lock for a standby); a
  * leader that cannot reach Kafka for 10 s steps down for 10 s.
  *
@@ -43,9 +44,9 @@
 #include "strand/util.h"
 
 #define SAFETY_WAIT_MS 30000
-/* While the leader is subscribed to outbox hints, writers may skip the notification;
- * a hint lost with its writer (killed between its commit and its publish) delays the
- * rows by at most this long. */
+/* When writers may rely on outbox hints (Redis configured, STRAND_WAKE_NOTIFY=fallback)
+ * they skip the notification; a hint lost with its writer (killed between its commit
+ * and its publish) delays the rows by at most this long. */
 #define HINTED_RECHECK_MS 250
 #define HINTS_RETRY_S 5             /* after a failed subscription */
 #define PURGE_EVERY_S 60
@@ -76,8 +77,8 @@ struct st_relay {
     time_t hints_retry_after;
     char hints_host[200], hints_channel[96];
     int hints_port;     /* 0: writers never rely on hints here (no Redis, or always) */
-    int hints_subscribed;   /* the last attempt succeeded (hints_failed logs a loss once) */
-    st_metric_t *published, *failed, *set_aside, *lag, *backlog, *leading;
+    int hints_subscribed;   /* 1: subscribed; 0: the last attempt failed; -1: none yet */
+    st_metric_t *published, *failed, *set_aside, *lag, *backlog, *leading, *subscribed;
 };
 
 static void hints_unsubscribe(st_relay_t *r);
@@ -580,13 +581,15 @@ static void hints_unsubscribe(st_relay_t *r)
     if (r->hints != NULL)
         redisFree(r->hints);
     r->hints = NULL;
+    st_metric_set(r->subscribed, 0);
 }
 
-/* Drops the subscription; logged once per loss (at debug while it keeps failing). */
+/* Drops the subscription; logged at the first failure and at each loss, at debug
+ * while it keeps failing. */
 static void hints_failed(st_relay_t *r, const char *why)
 {
-    if (r->hints_subscribed)
-        st_log_info("relay not subscribed to outbox hints; writers notify PostgreSQL",
+    if (r->hints_subscribed != 0)
+        st_log_warn("relay not subscribed to outbox hints; writers notify PostgreSQL",
                     "%s; retrying every %d s", why, HINTS_RETRY_S);
     else
         st_log_debug("relay could not subscribe to outbox hints", "%s", why);
@@ -615,19 +618,27 @@ static void hints_subscribe(st_relay_t *r)
     }
     freeReplyObject(reply);
     r->hints_subscribed = 1;
+    st_metric_set(r->subscribed, 1);
     st_log_info("relay subscribed to outbox hints", "channel=%s", r->hints_channel);
 }
 
-/* Reads the hints that arrived (the socket polled readable, or replies already
- * buffered); returns how many. A broken subscription is dropped. */
-static int hints_take(st_relay_t *r, int readable)
+/* Reads every hint that has arrived, without waiting; returns how many. Called before
+ * each wait and after each drained batch, so that Redis never holds a backlog of them
+ * for this subscriber (its pubsub output limit would drop the subscription). A broken
+ * subscription is dropped. */
+static int hints_take(st_relay_t *r)
 {
+    for (int reads = 0; r->hints != NULL && reads < 64; reads++) {
+        struct pollfd pfd = {.fd = r->hints->fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) < 1)
+            break;
+        if (redisBufferRead(r->hints) != REDIS_OK) {
+            hints_failed(r, r->hints->errstr[0] ? r->hints->errstr : "connection closed");
+            return 0;
+        }
+    }
     if (r->hints == NULL)
         return 0;
-    if (readable && redisBufferRead(r->hints) != REDIS_OK) {
-        hints_failed(r, r->hints->errstr[0] ? r->hints->errstr : "connection closed");
-        return 0;
-    }
     int n = 0;
     void *reply = NULL;
     while (redisGetReplyFromReader(r->hints, &reply) == REDIS_OK && reply != NULL) {
@@ -646,7 +657,7 @@ static void relay_wait(st_relay_t *r)
      * libpq; the socket will not signal them again. */
     PQconsumeInput(r->conn);
     PGnotify *pending = PQnotifies(r->conn);
-    int hinted = hints_take(r, 0);
+    int hinted = hints_take(r);
     if (pending != NULL || hinted > 0) {
         for (; pending != NULL; pending = PQnotifies(r->conn))
             PQfreemem(pending);
@@ -657,13 +668,14 @@ static void relay_wait(st_relay_t *r)
                             {.fd = r->stop_pipe[0], .events = POLLIN},
                             {.fd = r->hints != NULL ? r->hints->fd : -1, .events = POLLIN}};
     int kafka_up = __atomic_load_n(&r->kafka_up, __ATOMIC_ACQUIRE);
-    int wait_ms = !kafka_up ? 1000 : r->hints != NULL ? HINTED_RECHECK_MS : SAFETY_WAIT_MS;
+    /* Writers may rely on hints even while this leader is not subscribed (another
+     * subscriber counts for them), so the short recheck holds whenever they may. */
+    int wait_ms = !kafka_up ? 1000 : r->hints_port != 0 ? HINTED_RECHECK_MS : SAFETY_WAIT_MS;
     long long sweep_in = st_recovery_wait_ms(r->recovery);
     if (kafka_up && sweep_in < wait_ms)   /* no sweep while Kafka is down (relay_main) */
         wait_ms = (int)sweep_in;
     poll(pfd, 3, wait_ms);
-    if (pfd[2].revents != 0)
-        hints_take(r, 1);
+    hints_take(r);
     rd_kafka_poll(r->producer, 0);   /* serve error callbacks */
     recheck_kafka(r);
     PQconsumeInput(r->conn);
@@ -710,7 +722,7 @@ static relay_state_t relay_step(st_relay_t *r, relay_state_t s)
     case RELAY_LEAD: {
         int n = 0;
         while (!relay_stopping(r) && (n = relay_drain_once(r)) == r->cfg.relay_batch)
-            ;
+            hints_take(r);   /* what they announce is being drained anyway */
         if (n < 0 || PQstatus(r->conn) != CONNECTION_OK) {
             relay_disconnect(r);
             return RELAY_CONNECT;
@@ -780,6 +792,10 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
     r->leading = st_metrics_gauge("strand_outbox_relay_leader",
                                   "1 while this process's relay is the one publishing the outbox",
                                   NULL);
+    r->subscribed = st_metrics_gauge("strand_outbox_relay_hints_subscribed",
+                                     "1 while this process's relay leader is subscribed to"
+                                     " Redis outbox hints", NULL);
+    r->hints_subscribed = -1;
     st_kafka_callbacks_t cbs = {on_delivery, on_kafka_error, r};
     st_err_t err = st_kafka_producer_new(cfg, &cbs, &r->producer, eb);
     if (err != ST_OK) {

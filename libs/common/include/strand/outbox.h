@@ -16,8 +16,8 @@
  * thread whose last hint reached the leader: there the insert skips the notification
  * (every notifying commit queues on one database-wide lock through its WAL flush) and
  * the commit publishes a hint on <prefix>outbox (st_pg_after_commit); a hint that
- * reaches nobody is followed by the notification. While subscribed, the leader also
- * looks every 250 ms, which bounds a hint lost with its writer. Published rows are purged after STRAND_OUTBOX_RETENTION_S, except
+ * reaches nobody is followed by the notification. With hints configured the leader
+ * also looks every 250 ms, which bounds a hint lost with its writer. Published rows are purged after STRAND_OUTBOX_RETENTION_S, except
  * signal rows the leader's recovery sweep (recovery.h) has not yet seen applied.
  */
 #ifndef STRAND_OUTBOX_H
