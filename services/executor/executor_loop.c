@@ -143,22 +143,9 @@ static void sync_wake_mode(worker_t *w)
  * notification when the transaction skipped it and the hint reached nobody. */
 static void wake_api(worker_t *w, const char *instance_id)
 {
-    int reached = st_hint_publish(w->hint, instance_id);
-    if (w->session_by_hint && reached < 1) {
-        st_metric_inc(w->ex->m_hint_missed);
-        st_errbuf_t eb;
-        const char *params[] = {instance_id};
-        if (st_pg_exec(w->conn, "SELECT pg_notify('" ST_WAKE_CHANNEL "', $1)", 1, params,
-                       NULL, &eb) != ST_OK)
-            st_log_warn("could not notify a wake-up; the API's recheck answers its polls",
-                        "instance=%s: %s", instance_id, eb.msg);
-    }
-    if (w->ex->hints_may_replace && w->rely_on_hints != (reached >= 1)) {
-        w->rely_on_hints = reached >= 1;
-        st_log_info(w->rely_on_hints ? "wake-ups rely on Redis hints again"
-                                     : "a wake hint reached nobody; wake-ups notify PostgreSQL",
-                    NULL);
-    }
+    st_hint_after_commit(w->hint, w->conn, ST_WAKE_CHANNEL, instance_id, w->session_by_hint,
+                         w->ex->hints_may_replace ? &w->rely_on_hints : NULL,
+                         w->ex->m_hint_missed);
 }
 
 /* ---- one message ---------------------------------------------------------------- */
@@ -652,8 +639,7 @@ st_err_t st_executor_start(st_service_t *svc, st_executor_t **out, st_errbuf_t *
     if (ex == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the executor");
     ex->svc = svc;
-    ex->hints_may_replace = strcmp(svc->cfg.wake_notify, "fallback") == 0 &&
-                            svc->cfg.redis_url[0] != '\0';
+    ex->hints_may_replace = st_hint_may_replace_notify(&svc->cfg);
     ex->nworkers = svc->cfg.executor_concurrency;
     ex->workers = calloc((size_t)ex->nworkers, sizeof *ex->workers);
     if (ex->workers == NULL) {

@@ -27,7 +27,9 @@
  *    (STRAND_WAIT_RECHECK_MS=300) within 2 s, against a wait_ms of 8 s.
  *    The relay is woken the same way: with Redis up, no outbox write notifies
  *    strand_outbox (a second test connection LISTENs and counts), with Redis stopped
- *    they do (strand_outbox_hints_missed_total rises), and a row committed with
+ *    they do (strand_outbox_hints_missed_total rises), after Redis restarts the idle
+ *    leader is subscribed again within 6 + 3 s (it retries on its 250 ms look, not only
+ *    when a write wakes it), and a row committed with
  *    neither (a writer killed between its commit and its hint) is published by the
  *    leader's 250 ms recheck within 2 s, not after its 30 s safety wait.
  * 3. Signals lost by Kafka come back: with the executor stopped, signals are published
@@ -211,10 +213,10 @@ static int notified(PGconn *listener, const char *id)
     return n;
 }
 
-/* Waits until one relay leads and is subscribed to outbox hints. */
-static void relay_subscribed(void)
+/* Waits up to `timeout_s` until one relay leads and is subscribed to outbox hints. */
+static void relay_subscribed(double timeout_s)
 {
-    double deadline = now_s() + 30, leaders = 0, subscribed = 0;
+    double deadline = now_s() + timeout_s, leaders = 0, subscribed = 0;
     while (now_s() < deadline && (leaders != 1 || subscribed != 1)) {
         usleep(100 * 1000);
         leaders = subscribed = 0;
@@ -330,7 +332,7 @@ static void test_redis_stopped_mid_run(void)
     CU_ASSERT_FATAL(it_start_all(90));
     unsetenv("STRAND_WAIT_RECHECK_MS");
     import_definitions();
-    relay_subscribed();
+    relay_subscribed(30);
     /* A writer thread whose hint reached nobody before the leader subscribed (the
      * scheduler firing a timer left by an earlier case) notifies once more; one round
      * first, so that the counted one starts with every writer relying on hints. */
@@ -354,7 +356,9 @@ static void test_redis_stopped_mid_run(void)
     CU_ASSERT_TRUE(outbox_hints_missed() > outbox_missed);
     CU_ASSERT_EQUAL(it_stack("start redis"), 0);
     sleep(6);   /* the API, the executor and the relay reconnect within 5 s */
-    relay_subscribed();
+    /* Nothing is written meanwhile: the idle leader retries its subscription on its
+     * 250 ms look, not only when a write wakes it (30 s). */
+    relay_subscribed(3);
     check_wakeups("Redis started again", NULL);
     PQfinish(relay_listener);
     PQfinish(listener);
@@ -439,7 +443,7 @@ static void test_unannounced_change_answered_by_recheck(void)
 static void test_unannounced_outbox_row_published_by_recheck(void)
 {
     CU_ASSERT_FATAL(it_start_all(90));
-    relay_subscribed();
+    relay_subscribed(30);
     /* The leader's start-up recovery sweep runs every second while it catches up
      * (each run wakes the relay); wait until it has, so that only a hint, a
      * notification or the recheck can publish the row. */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "strand/log.h"
+#include "strand/pg.h"
 
 #define BACKOFF_S 5
 
@@ -33,6 +34,11 @@ int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port)
     host[n] = '\0';
     *port = colon ? atoi(colon + 1) : 6379;
     return *port > 0 && *port < 65536;
+}
+
+int st_hint_may_replace_notify(const st_config_t *cfg)
+{
+    return cfg->redis_url[0] != '\0' && strcmp(cfg->wake_notify, "fallback") == 0;
 }
 
 st_hint_t *st_hint_new(const st_config_t *cfg, const char *channel)
@@ -86,4 +92,25 @@ int st_hint_publish(st_hint_t *hint, const char *message)
     if (receivers < 0)
         hint_fail(hint, "PUBLISH did not answer with a number");
     return receivers;
+}
+
+void st_hint_after_commit(st_hint_t *hint, PGconn *conn, const char *pg_channel,
+                          const char *message, int skipped, int *rely_on_hints,
+                          st_metric_t *missed)
+{
+    int reached = st_hint_publish(hint, message);
+    if (skipped && reached < 1) {
+        st_metric_inc(missed);
+        st_errbuf_t eb;
+        const char *params[] = {pg_channel, message};
+        if (st_pg_exec(conn, "SELECT pg_notify($1, $2)", 2, params, NULL, &eb) != ST_OK)
+            st_log_warn("could not notify after a hint that reached nobody; a recheck finds"
+                        " the change", "channel=%s: %s", pg_channel, eb.msg);
+    }
+    if (rely_on_hints != NULL && *rely_on_hints != (reached >= 1)) {
+        *rely_on_hints = reached >= 1;
+        st_log_info(*rely_on_hints ? "writers rely on Redis hints again"
+                                   : "a hint reached nobody; writers notify PostgreSQL",
+                    "channel=%s", hint->channel);
+    }
 }

@@ -165,9 +165,7 @@ static void hints_configure(const st_config_t *cfg)
                                             " so the writer notified PostgreSQL", NULL);
         if (pthread_key_create(&hints_key, waker_free) != 0)
             abort();
-        __atomic_store_n(&hints_may_replace,
-                         cfg->redis_url[0] != '\0' && strcmp(cfg->wake_notify, "fallback") == 0,
-                         __ATOMIC_RELEASE);
+        __atomic_store_n(&hints_may_replace, st_hint_may_replace_notify(cfg), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&once);
 }
@@ -190,37 +188,22 @@ static outbox_waker_t *waker(void)
 }
 
 /* After the commit of outbox rows inserted without the notification: the hint, and
- * the notification when it reached no relay leader (none subscribed, Redis down). */
+ * the notification when it reached no relay leader (none subscribed, Redis down).
+ * Registered only by a thread that has a waker. */
 static void outbox_committed_unnotified(PGconn *conn)
 {
     outbox_waker_t *w = waker();
-    int reached = w != NULL ? st_hint_publish(w->hint, "1") : -1;
-    if (reached < 1) {
-        st_metric_inc(m_hints_missed);
-        st_errbuf_t eb;
-        if (st_pg_exec(conn, "NOTIFY " ST_OUTBOX_CHANNEL, 0, NULL, NULL, &eb) != ST_OK)
-            st_log_warn("could not notify the relay; its recheck publishes the rows",
-                        "%s", eb.msg);
-    }
-    if (w != NULL && w->rely_on_hints != (reached >= 1)) {
-        w->rely_on_hints = reached >= 1;
-        st_log_info(w->rely_on_hints ? "outbox writes rely on Redis hints again"
-                                     : "an outbox hint reached no relay; outbox writes notify"
-                                       " PostgreSQL",
-                    NULL);
-    }
+    st_hint_after_commit(w->hint, conn, ST_OUTBOX_CHANNEL, "", 1, &w->rely_on_hints,
+                         m_hints_missed);
 }
 
 /* After the commit of outbox rows inserted with the notification: a hint that gets
  * through lets this thread's next inserts skip it. */
 static void outbox_committed_notified(PGconn *conn)
 {
-    (void)conn;
     outbox_waker_t *w = waker();
-    if (w != NULL && st_hint_publish(w->hint, "1") >= 1) {
-        w->rely_on_hints = 1;
-        st_log_info("outbox writes rely on Redis hints again", NULL);
-    }
+    st_hint_after_commit(w->hint, conn, ST_OUTBOX_CHANNEL, "", 0, &w->rely_on_hints,
+                         m_hints_missed);
 }
 
 /* Queues an outbox insert: `sql_notify` (it notifies the relay at commit), or

@@ -16,7 +16,10 @@
 #ifndef STRAND_HINT_H
 #define STRAND_HINT_H
 
+#include <libpq-fe.h>
+
 #include "strand/config.h"
+#include "strand/metrics.h"
 
 /* The PostgreSQL channel of instance changes (payload: the instance id): migration
  * 0011's trigger notifies it, the API LISTENs on it. */
@@ -38,6 +41,20 @@ void st_hint_free(st_hint_t *hint);
  * was not published (no Redis configured, backing off after a failure, or this call
  * failed). */
 int st_hint_publish(st_hint_t *hint, const char *message);
+
+/* True when writers may skip PostgreSQL's notification while their hints get through:
+ * Redis configured and STRAND_WAKE_NOTIFY=fallback. The one rule for the executor's
+ * wake-ups and the outbox writers. */
+int st_hint_may_replace_notify(const st_config_t *cfg);
+
+/* After a commit: publishes `message`. When the transaction skipped PostgreSQL's
+ * notification (`skipped`) and the hint reached nobody, notifies `pg_channel` with
+ * `message` on `conn` instead and counts it in `missed`. With `rely_on_hints` (NULL:
+ * the caller never skips), sets it to whether the hint got through, which decides
+ * whether the caller's next transaction skips the notification. */
+void st_hint_after_commit(st_hint_t *hint, PGconn *conn, const char *pg_channel,
+                          const char *message, int skipped, int *rely_on_hints,
+                          st_metric_t *missed);
 
 /* Parses "redis://host:port" into host and port; returns 0 if it is not one. */
 int st_hint_parse_url(const char *url, char *host, size_t host_len, int *port);
