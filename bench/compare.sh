@@ -31,6 +31,8 @@
 # point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
 # STRAND_BENCH_CONC_LEVELS ("1 4 16 64 256": client counts of the concurrency curve),
 # STRAND_BENCH_CONC_N (W1 size at each of its points, at least 8 per client),
+# STRAND_BENCH_LATENCY_LEVELS ("1 4": client counts at which W2 and W4 run again, below
+# the saturation of the main runs' clients, for their latency alone),
 # STRAND_BENCH_PEER_LEAD_MS (the peers' W3 timers are created through their APIs one
 # workflow at a time, so the first one is due this long after the start; default 0: each
 # driver sets 2 s + 1.5 x N / the rate at which it could create timers on an untimed
@@ -57,6 +59,7 @@ else
 fi
 LEAD=${STRAND_BENCH_PEER_LEAD_MS:-0}
 CONC_LEVELS=${STRAND_BENCH_CONC_LEVELS:-"1 4 16 64 256"}
+LAT_LEVELS=${STRAND_BENCH_LATENCY_LEVELS:-"1 4"}
 C=${STRAND_BENCH_CONCURRENCY:-16}
 BUILD=${STRAND_BENCH_BUILD:-$repo/build}
 PB=${STRAND_BENCH_PORT_BASE:-28180}
@@ -297,6 +300,14 @@ for c in $CONC_LEVELS; do
   n=$CONCN
   [ "$n" -ge $((8 * c)) ] || n=$((8 * c))
   SB_C=$c sb --workload w1 --n "$n" --label "conc-$c" --timeout 600
+  drain
+done
+# W2 and W4 at fewer clients: at the main runs' client count the two cores are
+# saturated and their latency is mostly queueing (clients / rate); here, their latency
+for c in $LAT_LEVELS; do
+  SB_C=$c sb --workload w2 --n "$N2" --label "conc-$c" --timeout 600
+  drain
+  SB_C=$c sb --workload w4 --n "$N4" --label "conc-$c" --timeout 600
   drain
 done
 # W3's timers while W1 runs at full speed (C clients) from before the first timer is due

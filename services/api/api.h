@@ -37,6 +37,28 @@ typedef void (*st_cmd_fn)(PGconn *conn, const st_principal_t *who, const char *i
 
 void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                    st_answer_t *out);
+
+/* The most commands one group runs in one transaction (st_cmd_group_fn). */
+#define ST_CMD_GROUP_MAX 64
+
+/* One command of a group. */
+typedef struct {
+    const st_principal_t *who;
+    const json_t *args;   /* borrowed */
+    st_answer_t *out;     /* answered by the group function, unless it fails */
+} st_cmd_item_t;
+
+/* Runs `n` (1 to ST_CMD_GROUP_MAX) commands of one kind in one transaction on `conn`
+ * and commits once, each answering its own item. Returns ST_OK when every item is
+ * answered (a failed COMMIT answers its error to the items that wrote). Any other
+ * result means a statement failed before the COMMIT: everything was rolled back,
+ * nothing is answered, and the caller runs each item alone with the kind's
+ * st_cmd_fn, so that one bad command never fails the others. */
+typedef st_err_t (*st_cmd_group_fn)(PGconn *conn, st_cmd_item_t *items, int n);
+
+/* st_cmd_start for a group of starts: one transaction, one COMMIT and one look-up per
+ * distinct definition for all of them (instances.c). */
+st_err_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n);
 void st_cmd_signal(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                    st_answer_t *out);
 void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,

@@ -19,11 +19,12 @@
 #include <event2/event.h>
 
 #include "strand/log.h"
+#include "strand/metrics.h"
 
 #define ST_COMMAND_POOL_MAX_WORKERS 64
 
 typedef struct st_job {
-    struct st_job *next;
+    struct st_job *next;  /* in a list; in a taken group, the group's next job */
     st_http_req_t *req;   /* deferred; answered and freed on the loop thread */
     st_cmd_fn cmd;
     st_named_cmd_fn named;
@@ -31,6 +32,7 @@ typedef struct st_job {
     char *id, *name;      /* owned; may be NULL */
     json_t *args;         /* owned */
     st_command_then_t then;   /* fn NULL: answer directly */
+    int groupable;        /* cmd is the pool's group command */
     st_answer_t answer;
 } st_job_t;
 
@@ -48,6 +50,12 @@ struct st_command_pool {
     char *dsn;
     int nworkers;
     pthread_t workers[ST_COMMAND_POOL_MAX_WORKERS];
+    /* Grouping (st_command_pool_group): at most `group_lanes` groups run at once, so
+     * that commands arriving while they run queue up and form the next groups. */
+    st_cmd_fn group_cmd;
+    st_cmd_group_fn group_fn;
+    int group_max, group_lanes, groups_running;
+    st_metric_t *m_groups_committed, *m_groups_failed, *m_grouped;
 };
 
 static void list_push(st_job_list_t *l, st_job_t *job)
@@ -92,27 +100,100 @@ static void job_answer(st_job_t *job)
     free(job);
 }
 
+/* Runs a taken group (`first` and its `next` chain) in one transaction, or each job
+ * alone when it is a single job, when the session is down, or when the group fails. */
+static void group_run(st_command_pool_t *pool, st_job_t *first, PGconn **conn)
+{
+    st_cmd_item_t items[ST_CMD_GROUP_MAX];
+    int n = 0;
+    for (st_job_t *j = first; j != NULL; j = j->next)
+        items[n++] = (st_cmd_item_t){&j->who, j->args, &j->answer};
+    PGconn *c = n > 1 ? st_api_connect(conn, pool->dsn, &first->answer) : NULL;
+    if (c != NULL) {
+        if (pool->group_fn(c, items, n) == ST_OK) {
+            st_metric_inc(pool->m_groups_committed);
+            st_metric_add(pool->m_grouped, n);
+            return;
+        }
+        st_metric_inc(pool->m_groups_failed);
+    }
+    st_answer_close(&first->answer);   /* a failed connect answered it */
+    first->answer.status = 0;
+    for (st_job_t *j = first; j != NULL; j = j->next)
+        job_run(j, conn, pool->dsn);
+}
+
+/* Unlinks and returns the first job a worker may run now (with pool->mu held), NULL if
+ * none: a groupable job only while a group lane is free, and then with every other
+ * queued groupable job (up to group_max) chained behind it. */
+static st_job_t *take_runnable(st_command_pool_t *pool)
+{
+    st_job_t *prev = NULL, *job = pool->queued.head;
+    while (job != NULL && job->groupable && pool->groups_running >= pool->group_lanes) {
+        prev = job;
+        job = job->next;
+    }
+    if (job == NULL)
+        return NULL;
+    st_job_t *p = prev;
+    int taken = 1;
+    st_job_t *first = job, *last = job;
+    for (st_job_t *j = job; j != NULL;) {
+        st_job_t *next = j->next;
+        if (j == first || (first->groupable && j->groupable && taken < pool->group_max)) {
+            if (p != NULL)
+                p->next = next;
+            else
+                pool->queued.head = next;
+            if (pool->queued.tail == j)
+                pool->queued.tail = p;
+            if (j != first) {
+                last->next = j;
+                last = j;
+                taken++;
+            }
+        } else {
+            p = j;
+        }
+        if (!first->groupable)
+            break;
+        j = next;
+    }
+    last->next = NULL;
+    if (first->groupable)
+        pool->groups_running++;
+    return first;
+}
+
 static void *worker_main(void *arg)
 {
     st_command_pool_t *pool = arg;
     PGconn *conn = NULL;   /* this worker's own connection */
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (pool->queued.head == NULL && !pool->stopping)
+        st_job_t *job;
+        while ((job = take_runnable(pool)) == NULL &&
+               !(pool->stopping && pool->queued.head == NULL))
             pthread_cond_wait(&pool->work, &pool->mu);
-        st_job_t *job = pool->queued.head;
         if (job == NULL)
             break;   /* stopping, and nothing is left to run */
-        pool->queued.head = job->next;
-        if (pool->queued.head == NULL)
-            pool->queued.tail = NULL;
         pthread_mutex_unlock(&pool->mu);
 
-        job_run(job, &conn, pool->dsn);
+        if (job->groupable)
+            group_run(pool, job, &conn);
+        else
+            job_run(job, &conn, pool->dsn);
 
         pthread_mutex_lock(&pool->mu);
+        if (job->groupable) {
+            pool->groups_running--;
+            pthread_cond_broadcast(&pool->work);   /* a lane is free */
+        }
         int was_empty = pool->done.head == NULL;
-        list_push(&pool->done, job);
+        for (st_job_t *j = job, *next; j != NULL; j = next) {
+            next = j->next;
+            list_push(&pool->done, j);
+        }
         if (was_empty) {
             char one = 1;
             /* A full pipe already holds a wake-up; nothing is lost. */
@@ -196,8 +277,32 @@ void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_
     if (then != NULL)
         job->then = *then;
     pthread_mutex_lock(&pool->mu);
+    job->groupable = cmd != NULL && cmd == pool->group_cmd;
     list_push(&pool->queued, job);
     pthread_cond_signal(&pool->work);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void st_command_pool_group(st_command_pool_t *pool, const char *kind, st_cmd_fn cmd,
+                           st_cmd_group_fn group, int max, int lanes)
+{
+    static const char *const groups_help =
+        "Groups of two or more commands run in one transaction (failed: each then ran alone)";
+    char labels[96];
+    snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"committed\"", kind);
+    pool->m_groups_committed = st_metrics_counter("strand_api_command_groups_total", groups_help,
+                                                  labels);
+    snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"failed\"", kind);
+    pool->m_groups_failed = st_metrics_counter("strand_api_command_groups_total", groups_help,
+                                               labels);
+    snprintf(labels, sizeof labels, "command=\"%s\"", kind);
+    pool->m_grouped = st_metrics_counter("strand_api_grouped_commands_total",
+                                         "Commands committed in a group of two or more", labels);
+    pthread_mutex_lock(&pool->mu);
+    pool->group_cmd = max > 1 ? cmd : NULL;
+    pool->group_fn = group;
+    pool->group_max = max < ST_CMD_GROUP_MAX ? max : ST_CMD_GROUP_MAX;
+    pool->group_lanes = lanes > 0 ? lanes : 1;
     pthread_mutex_unlock(&pool->mu);
 }
 

@@ -45,6 +45,16 @@ void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_
                             st_named_cmd_fn named, const st_principal_t *who, const char *id,
                             const char *name, json_t *args, const st_command_then_t *then);
 
+/* Runs the commands `cmd` queued together as groups: a worker takes every queued
+ * `cmd` job (up to `max`, at most ST_CMD_GROUP_MAX) and hands them to `group` in one
+ * transaction; each job runs alone with `cmd` if the group fails. At most `lanes`
+ * groups run at once: while they commit, later `cmd` jobs queue and form the next
+ * groups, the way PostgreSQL's group commit shares a WAL flush. `max` 1 turns grouping
+ * off. `kind` labels the metrics strand_api_command_groups_total and
+ * strand_api_grouped_commands_total. Call before the first submit. */
+void st_command_pool_group(st_command_pool_t *pool, const char *kind, st_cmd_fn cmd,
+                           st_cmd_group_fn group, int max, int lanes);
+
 /* Lets the workers finish every queued command, joins them, answers what is left and
  * frees the pool. NULL is a no-op. */
 void st_command_pool_free(st_command_pool_t *pool);

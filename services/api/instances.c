@@ -3,7 +3,8 @@
  *
  * Start writes, in one transaction: the idempotency key (strand.requests), the
  * instance projection, its empty runtime state (version 0) and a START signal in the
- * outbox. The executor runs it; nothing here runs a step.
+ * outbox. Starts queued together share one transaction (st_cmd_start_group). The
+ * executor runs them; nothing here runs a step.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "wait_loop.h"
 #include "strand/history.h"
 #include "strand/instance_store.h"
+#include "strand/log.h"
 #include "strand/pg.h"
 #include "strand/request.h"
 #include "strand/signal.h"
@@ -267,10 +269,24 @@ static void handle_get(st_http_req_t *req, void *ctx)
     st_api_reply(req, &answer);
 }
 
+/* A start request as parsed (pointers borrowed from the request's JSON). */
+typedef struct {
+    const char *definition, *business_ref, *request_id;
+    char version[24];   /* "" = the latest */
+    const json_t *input;
+} start_req_t;
+
+/* The version a start pins and its definition's id_reuse_policy, as looked up by
+ * (name, requested version); a group of starts looks each definition up once. */
+typedef struct {
+    const char *name;        /* borrowed from the request */
+    const char *version;     /* borrowed: "" = the latest */
+    char pinned[16], policy[48];
+    int found;
+} def_pin_t;
+
 /* Validates the start request; answers 400 and returns 0 on bad input. */
-static int parse_start(st_answer_t *out, const json_t *body, const char **definition,
-                       char *version, size_t version_len, const json_t **input,
-                       const char **business_ref, const char **request_id)
+static int parse_start(st_answer_t *out, const json_t *body, start_req_t *req)
 {
     json_t *def = json_object_get(body, "definition");
     json_t *ver = json_object_get(body, "version");
@@ -302,87 +318,155 @@ static int parse_start(st_answer_t *out, const json_t *body, const char **defini
         st_answer_problem(out, 400, "limit_exceeded", eb.msg, "/input", NULL);
         return 0;
     }
-    *definition = json_string_value(def);
-    version[0] = '\0';
+    req->definition = json_string_value(def);
+    req->version[0] = '\0';
     if (json_is_integer(ver))
-        snprintf(version, version_len, "%lld", (long long)json_integer_value(ver));
-    *input = json_is_object(in) ? in : NULL;
-    *business_ref = json_string_value(ref);
-    *request_id = json_string_value(rid);
+        snprintf(req->version, sizeof req->version, "%lld", (long long)json_integer_value(ver));
+    req->input = json_is_object(in) ? in : NULL;
+    req->business_ref = json_string_value(ref);
+    req->request_id = json_string_value(rid);
     return 1;
+}
+
+/* Looks up the definition `req` names, once per distinct (name, version) in `pins`
+ * (`*npins` used of `max_pins`; NULL: no memory). Returns the pin, or NULL with *err set
+ * on a failed query. */
+static const def_pin_t *pin_definition(PGconn *conn, const start_req_t *req, def_pin_t *pins,
+                                       int *npins, int max_pins, def_pin_t *scratch,
+                                       st_err_t *err, st_errbuf_t *eb)
+{
+    for (int i = 0; pins != NULL && i < *npins; i++)
+        if (strcmp(pins[i].name, req->definition) == 0 &&
+            strcmp(pins[i].version, req->version) == 0)
+            return &pins[i];
+    def_pin_t *pin = pins != NULL && *npins < max_pins ? &pins[(*npins)++] : scratch;
+    *pin = (def_pin_t){.name = req->definition, .version = req->version};
+    PGresult *res = NULL;
+    const char *params[] = {req->definition, req->version[0] ? req->version : NULL};
+    if ((*err = st_pg_exec(conn, sql_definition_latest, 2, params, &res, eb)) != ST_OK) {
+        if (pin != scratch)
+            (*npins)--;
+        return NULL;
+    }
+    pin->found = PQntuples(res) > 0;
+    if (pin->found) {
+        snprintf(pin->pinned, sizeof pin->pinned, "%s", PQgetvalue(res, 0, 0));
+        snprintf(pin->policy, sizeof pin->policy, "%s", PQgetvalue(res, 0, 1)); /* "" = NULL */
+    }
+    PQclear(res);
+    return pin;
+}
+
+/* The writes of one start inside the caller's open transaction: answers `out` with 201
+ * and the inserted view, or with 404 / 409 / 200 (a retried request_id) and no writes.
+ * With `commit`, the instance insert goes out with the COMMIT (a start alone); without,
+ * the transaction stays open (a group). Returns the error of a failed statement, with
+ * `out` unset; the caller then rolls back. */
+static st_err_t start_tx(PGconn *conn, const start_req_t *req, int commit, def_pin_t *pins,
+                         int *npins, int max_pins, st_answer_t *out, st_errbuf_t *eb)
+{
+    st_err_t err = ST_OK;
+    def_pin_t scratch;
+    const def_pin_t *pin = pin_definition(conn, req, pins, npins, max_pins, &scratch, &err, eb);
+    if (pin == NULL)
+        return err;
+    if (!pin->found) {
+        st_answer_problem(out, 404, "definition_not_found",
+                          "no such definition (or version) is imported", "/definition", NULL);
+        return ST_OK;
+    }
+    char id[37];
+    st_uuid_new(id);
+    if (req->request_id != NULL) {
+        int fresh = 0, found = 0;
+        char prior[37] = "";
+        if ((err = st_request_claim_tx(conn, ST_REQUEST_START, "", "", req->request_id, id,
+                                       &fresh, prior, eb)) != ST_OK)
+            return err;
+        if (!fresh) {
+            /* A retry of an earlier start: answer with that instance, change nothing. A
+             * claim committed while ours waited is not in our snapshot: look again. */
+            if (prior[0] == '\0' &&
+                (err = st_request_find(conn, ST_REQUEST_START, "", "", req->request_id, &found,
+                                       prior, eb)) != ST_OK)
+                return err;
+            answer_instance(out, conn, prior, 200);
+            return ST_OK;
+        }
+    }
+    if (req->business_ref != NULL &&
+        ((err = reuse_check_tx(conn, req->definition, pin->policy, req->business_ref, id, out,
+                               eb)) != ST_OK ||
+         out->status != 0))
+        return err;
+    char *input_text = req->input ? json_dumps(req->input, JSON_COMPACT) : strdup("{}");
+    st_instance_new_t inst = {.id = id, .definition_name = req->definition,
+                              .definition_version = pin->pinned,
+                              .business_ref = req->business_ref, .input_json = input_text};
+    st_signal_t start = {0};
+    st_signal_init(&start, ST_SIGNAL_START, id, 0);
+    PGresult *res = NULL;
+    /* The START signal's outbox row is queued and goes out in one round trip with the
+     * instance insert (and the COMMIT, for a start alone). */
+    if ((err = st_signal_enqueue_tx(conn, &start, eb)) == ST_OK &&
+        (err = st_instance_add_view(conn, &inst, commit, &res, eb)) == ST_OK)
+        answer_view(out, res, 201);   /* as inserted: pending, state_version 0 */
+    PQclear(res);
+    st_signal_close(&start);
+    free(input_text);
+    return err;
 }
 
 void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id,
                   const json_t *args, st_answer_t *out)
 {
-    const char *definition, *business_ref, *request_id;
-    char version[24];
-    const json_t *input;
-    if (!parse_start(out, args, &definition, version, sizeof version, &input, &business_ref,
-                     &request_id))
+    (void)who;
+    (void)unused_id;
+    start_req_t req;
+    if (!parse_start(out, args, &req))
         return;
     st_errbuf_t eb;
-    PGresult *res = NULL;
-    char id[37], pinned[16] = "", policy[48] = "";
-    st_uuid_new(id);
-    char *input_text = input ? json_dumps(input, JSON_COMPACT) : strdup("{}");
-    st_signal_t start = {0};
     st_err_t err = st_pg_begin(conn, &eb);
-    if (err != ST_OK)
-        goto done;
-    const char *def_params[] = {definition, version[0] ? version : NULL};
-    if ((err = st_pg_exec(conn, sql_definition_latest, 2, def_params, &res, &eb)) != ST_OK)
-        goto done;
-    if (PQntuples(res) == 0) {
-        st_answer_problem(out, 404, "definition_not_found",
-                          "no such definition (or version) is imported", "/definition", NULL);
-        goto done;
-    }
-    snprintf(pinned, sizeof pinned, "%s", PQgetvalue(res, 0, 0));
-    snprintf(policy, sizeof policy, "%s", PQgetvalue(res, 0, 1));   /* "" when NULL */
-    PQclear(res);
-    res = NULL;
-    if (request_id != NULL) {
-        int fresh = 0, found = 0;
-        char prior[37] = "";
-        if ((err = st_request_claim_tx(conn, ST_REQUEST_START, "", "", request_id, id, &fresh,
-                                       prior, &eb)) != ST_OK)
-            goto done;
-        if (!fresh) {
-            /* A retry of an earlier start: answer with that instance, change nothing. A
-             * claim committed while ours waited is not in our snapshot: look again. */
-            if (prior[0] == '\0' &&
-                (err = st_request_find(conn, ST_REQUEST_START, "", "", request_id, &found, prior,
-                                       &eb)) != ST_OK)
-                goto done;
-            snprintf(id, sizeof id, "%s", prior);
-            st_pg_rollback(conn);
-            answer_instance(out, conn, id, 200);
-            goto done;
-        }
-    }
-    if (business_ref != NULL &&
-        ((err = reuse_check_tx(conn, definition, policy, business_ref, id, out, &eb)) != ST_OK ||
-         out->status != 0))
-        goto done;
-    st_instance_new_t inst = {.id = id, .definition_name = definition,
-                              .definition_version = pinned, .business_ref = business_ref,
-                              .input_json = input_text};
-    st_signal_init(&start, ST_SIGNAL_START, id, 0);
-    /* The START signal's outbox row is queued and goes out in one round trip with the
-     * instance insert and the COMMIT. */
-    if ((err = st_signal_enqueue_tx(conn, &start, &eb)) != ST_OK ||
-        (err = st_instance_add_commit(conn, &inst, &res, &eb)) != ST_OK)
-        goto done;
-    answer_view(out, res, 201);   /* as inserted: pending, state_version 0 */
-
-done:
+    if (err == ST_OK)
+        err = start_tx(conn, &req, 1, NULL, NULL, 0, out, &eb);
     if (out->status == 0)
         st_answer_error(out, err, &eb);
+    st_pg_rollback(conn);   /* a no-op after the commit */
+}
+
+st_err_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n)
+{
+    def_pin_t pins[ST_CMD_GROUP_MAX];
+    int npins = 0;
+    st_errbuf_t eb;
+    st_err_t err = st_pg_begin(conn, &eb);
+    for (int i = 0; i < n && err == ST_OK; i++) {
+        start_req_t req;
+        if (parse_start(items[i].out, items[i].args, &req))
+            err = start_tx(conn, &req, 0, pins, &npins, ST_CMD_GROUP_MAX, items[i].out, &eb);
+    }
+    if (err == ST_OK) {
+        if ((err = st_pg_commit(conn, &eb)) != ST_OK) {
+            /* Its outcome may be unknown (a connection lost in the COMMIT): running the
+             * starts again could start them twice, so each answers the error, as a
+             * start alone would. Refusals and retried request ids stay as answered. */
+            st_pg_rollback(conn);
+            for (int i = 0; i < n; i++)
+                if (items[i].out->status == 201) {
+                    st_answer_close(items[i].out);
+                    items[i].out->status = 0;
+                    st_answer_error(items[i].out, err, &eb);
+                }
+        }
+        return ST_OK;
+    }
+    st_log_debug("a group of starts rolled back; each runs alone", "%s", eb.msg);
     st_pg_rollback(conn);
-    PQclear(res);
-    st_signal_close(&start);
-    free(input_text);
+    for (int i = 0; i < n; i++) {
+        st_answer_close(items[i].out);
+        items[i].out->status = 0;
+    }
+    return err;
 }
 
 static int digits(const char *p, int n)

@@ -41,23 +41,39 @@ static int read_request_timeout(void)
     return 1;
 }
 
-/* STRAND_API_WORKERS: threads (each with its own PostgreSQL connection) that run write
- * commands; 1 to 64, default 8. */
-static int read_command_workers(int *out)
+/* An integer setting `name` from `min` to `max` (`def` when unset or empty). Logs the
+ * error and returns 0 when it is not one. */
+static int read_int_setting(const char *name, int def, int min, int max, int *out)
 {
-    const char *text = getenv("STRAND_API_WORKERS");
-    *out = 8;
+    const char *text = getenv(name);
+    *out = def;
     if (text == NULL || text[0] == '\0')
         return 1;
     char *end = NULL;
     long v = strtol(text, &end, 10);
-    if (*end != '\0' || v < 1 || v > 64) {
-        st_log_error("invalid configuration",
-                     "STRAND_API_WORKERS must be an integer from 1 to 64, got \"%s\"", text);
+    if (*end != '\0' || v < min || v > max) {
+        st_log_error("invalid configuration", "%s must be an integer from %d to %d, got \"%s\"",
+                     name, min, max, text);
         return 0;
     }
     *out = (int)v;
     return 1;
+}
+
+/* The command pool's settings: STRAND_API_WORKERS threads (each with its own PostgreSQL
+ * connection, 1 to 64, default 8) run write commands; starts queued together run as one
+ * transaction of up to STRAND_API_START_GROUP_MAX (1 = each alone, default 32), at most
+ * STRAND_API_START_LANES (default 2) such groups at once. */
+typedef struct {
+    int workers, start_group_max, start_lanes;
+} pool_settings_t;
+
+static int read_pool_settings(pool_settings_t *out)
+{
+    return read_int_setting("STRAND_API_WORKERS", 8, 1, 64, &out->workers) &&
+           read_int_setting("STRAND_API_START_GROUP_MAX", 32, 1, ST_CMD_GROUP_MAX,
+                            &out->start_group_max) &&
+           read_int_setting("STRAND_API_START_LANES", 2, 1, 64, &out->start_lanes);
 }
 
 /* The HTTP guard: every non-public route needs a known bearer token (401) and the
@@ -144,8 +160,8 @@ int main(int argc, char **argv)
     }
     st_service_t svc;
     st_errbuf_t eb;
-    int command_workers = 0;
-    if (!read_request_timeout() || !read_command_workers(&command_workers))
+    pool_settings_t pool_settings;
+    if (!read_request_timeout() || !read_pool_settings(&pool_settings))
         return 2;
     if (st_service_init(&svc, "api", 8080, &eb) != ST_OK ||
         apply_engine_limits(&svc.cfg, &eb) != ST_OK) {
@@ -160,11 +176,14 @@ int main(int argc, char **argv)
     st_api_t api = {.svc = &svc};
     st_api_reads_configure(&svc.cfg);
     curl_global_init(CURL_GLOBAL_DEFAULT);   /* before any thread may make an RPC call */
-    if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, command_workers, &api.pool, &eb) != ST_OK) {
+    if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, pool_settings.workers, &api.pool, &eb) !=
+        ST_OK) {
         st_log_error("could not start the command workers", "%s", eb.msg);
         st_service_close(&svc);
         return 1;
     }
+    st_command_pool_group(api.pool, "start", st_cmd_start, st_cmd_start_group,
+                          pool_settings.start_group_max, pool_settings.start_lanes);
     if (st_auth_load(svc.cfg.auth_file, &api.auth, &eb) != ST_OK) {
         st_log_error("could not load the token file", "%s", eb.msg);
         st_service_close(&svc);

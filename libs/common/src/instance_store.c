@@ -66,12 +66,13 @@ st_err_t st_instance_add_tx(PGconn *conn, const st_instance_new_t *inst, st_errb
     return st_pg_exec(conn, sql_instance_add, 8, params, NULL, eb);
 }
 
-st_err_t st_instance_add_commit(PGconn *conn, const st_instance_new_t *inst, PGresult **view,
-                                st_errbuf_t *eb)
+st_err_t st_instance_add_view(PGconn *conn, const st_instance_new_t *inst, int commit,
+                              PGresult **view, st_errbuf_t *eb)
 {
     const char *params[8];
     instance_params(inst, params);
-    return st_pg_exec_commit(conn, sql_instance_add_view, 8, params, view, eb);
+    return commit ? st_pg_exec_commit(conn, sql_instance_add_view, 8, params, view, eb)
+                  : st_pg_exec(conn, sql_instance_add_view, 8, params, view, eb);
 }
 
 st_err_t st_instance_end_tx(PGconn *conn, const char *id, const char *status,

@@ -41,12 +41,14 @@ typedef struct st_instance_new {
  * Expects the caller to hold an open transaction on `conn`. */
 st_err_t st_instance_add_tx(PGconn *conn, const st_instance_new_t *inst, st_errbuf_t *eb);
 
-/* st_instance_add_tx() and the COMMIT of the caller's transaction in one round trip
- * (with any writes the caller queued, e.g. the START's outbox row). On success `*view`
+/* st_instance_add_tx() that answers with the inserted instance: on success `*view`
  * (caller PQclear()s) holds one row, the columns of ST_INSTANCE_VIEW_COLUMNS as
- * inserted. On failure the caller rolls back. */
-st_err_t st_instance_add_commit(PGconn *conn, const st_instance_new_t *inst, PGresult **view,
-                                st_errbuf_t *eb);
+ * inserted. With `commit` set, the COMMIT of the caller's transaction goes out in the
+ * same round trip (with any writes the caller queued, e.g. the START's outbox row);
+ * without, the transaction stays open for more statements (a group of starts). On
+ * failure the caller rolls back. */
+st_err_t st_instance_add_view(PGconn *conn, const st_instance_new_t *inst, int commit,
+                              PGresult **view, st_errbuf_t *eb);
 
 /* Ends instance `id` with `status` ("terminated", ...) and `error_json` (NULL: null),
  * ended_at and updated_at now. The caller has locked its runtime state first (the

@@ -1,0 +1,255 @@
+/*
+ * test_start_group - the API runs starts queued together as one transaction (docs/
+ * configuration.md, STRAND_API_START_GROUP_MAX and STRAND_API_START_LANES), against the
+ * real API, executor and PostgreSQL. One lane: a test transaction locks the outbox so
+ * that a first start holds the lane; the starts sent meanwhile queue and run as one
+ * group once the lock goes. Each start must answer as it would alone:
+ *   - valid starts 201 with their own instance, which runs to its end;
+ *   - an unknown definition 404, a bad body 400, a repeated request_id the first's
+ *     instance (200) - and none of them fails the others;
+ *   - a start whose insert fails (a test trigger raises) fails alone: the group rolls
+ *     back and each start runs again alone;
+ *   - a group whose COMMIT fails (a deferred test trigger) answers the error to every
+ *     start that wrote and runs none again, so nothing is started twice.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "st_test.h"
+#include "strand/util.h"
+
+#define MAX_STARTS 16
+
+static char tag[37];
+static const char *const def_doc =
+    "{\"kind\":\"flow\",\"name\":\"group_w1\",\"version\":1,\"steps\":["
+    "{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"input.i + 1\"}},"
+    "{\"id\":\"c\",\"type\":\"complete\",\"output\":{\"x\":\"state.x\"}}]}";
+
+typedef struct {
+    char body[512];
+    long status;
+    char id[40];
+    pthread_t thread;
+} start_t;
+
+static void *start_main(void *arg)
+{
+    start_t *s = arg;
+    json_t *out = NULL;
+    s->status = it_req(IT_API, NULL, "POST", "/v1/instances", s->body, &out);
+    const char *id = json_string_value(json_object_get(out, "id"));
+    snprintf(s->id, sizeof s->id, "%s", id ? id : "");
+    json_decref(out);
+    return NULL;
+}
+
+static void body_for(start_t *s, const char *definition, const char *ref, const char *request_id,
+                     int i)
+{
+    char rid[128] = "";
+    if (request_id != NULL)
+        snprintf(rid, sizeof rid, ",\"request_id\":\"%s\"", request_id);
+    snprintf(s->body, sizeof s->body,
+             "{\"definition\":\"%s\",\"input\":{\"i\":%d},\"business_ref\":\"%s\"%s}", definition,
+             i, ref, rid);
+}
+
+static long long count_for(const char *ref)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE business_ref = '%s'",
+             ref);
+    return it_sql_number(sql);
+}
+
+/* Holds the outbox locked while a first start takes the only lane, sends `n` starts
+ * meanwhile (they queue behind it), then lets everything go and waits for the answers. */
+static void run_queued(start_t *starts, int n, const char *first_ref)
+{
+    PGconn *holder = it_pg_begin();
+    PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
+    start_t first;
+    memset(&first, 0, sizeof first);
+    body_for(&first, "group_w1", first_ref, NULL, 0);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&first.thread, NULL, start_main, &first), 0);
+    /* the first start waits on the lock: the lane is taken */
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                   " AND relation = 'strand.outbox'::regclass", 1, 20), 1);
+    for (int i = 0; i < n; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&starts[i].thread, NULL, start_main, &starts[i]), 0);
+    sleep(2);   /* lets every request reach the API's queue; the groups' metrics below check it */
+    it_pg_commit(holder);
+    pthread_join(first.thread, NULL);
+    CU_ASSERT_EQUAL(first.status, 201);
+    for (int i = 0; i < n; i++)
+        pthread_join(starts[i].thread, NULL);
+}
+
+static double metric(const char *series)
+{
+    return it_metric(IT_API, series, 0);
+}
+
+static void test_setup(void)
+{
+    setenv("STRAND_API_START_LANES", "1", 1);
+    setenv("STRAND_API_START_GROUP_MAX", "64", 1);
+    it_start_api_executor(NULL);
+    it_import(NULL, def_doc);
+}
+
+static void test_group_answers_each_start(void)
+{
+    char ref[64], rid[80];
+    snprintf(ref, sizeof ref, "group-%s", tag);
+    snprintf(rid, sizeof rid, "rid-%s", tag);
+    double groups0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}");
+    double grouped0 = metric("strand_api_grouped_commands_total{command=\"start\"}");
+    start_t s[12];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 8; i++)
+        body_for(&s[i], "group_w1", ref, NULL, i + 1);
+    body_for(&s[8], "no_such_definition", ref, NULL, 9);
+    snprintf(s[9].body, sizeof s[9].body, "{\"definition\":42}");
+    body_for(&s[10], "group_w1", ref, rid, 10);
+    body_for(&s[11], "group_w1", ref, rid, 11);
+    char first_ref[64];
+    snprintf(first_ref, sizeof first_ref, "first-%s", tag);
+    run_queued(s, 12, first_ref);
+
+    for (int i = 0; i < 8; i++) {
+        CU_ASSERT_EQUAL(s[i].status, 201);
+        for (int j = 0; j < i; j++)
+            CU_ASSERT_STRING_NOT_EQUAL(s[i].id, s[j].id);
+    }
+    CU_ASSERT_EQUAL(s[8].status, 404);
+    CU_ASSERT_EQUAL(s[9].status, 400);
+    /* the same request id twice in one group: one instance, both answers name it */
+    CU_ASSERT_TRUE((s[10].status == 201 && s[11].status == 200) ||
+                   (s[10].status == 200 && s[11].status == 201));
+    CU_ASSERT_STRING_EQUAL(s[10].id, s[11].id);
+    CU_ASSERT_EQUAL(count_for(ref), 9);
+    for (int i = 0; i < 11; i++) {
+        if (i == 8 || i == 9)
+            continue;
+        json_t *done = it_wait_instance(s[i].id, "completed", 30);
+        CU_ASSERT_PTR_NOT_NULL(done);
+        long long x = json_integer_value(json_object_get(json_object_get(done, "output"), "x"));
+        /* s[10] and s[11] share one instance: input 10 or 11, whichever claimed the id */
+        long long want = i == 10 ? 11 + (s[10].status == 200) : i + 2;
+        CU_ASSERT_EQUAL(x, want);
+        json_decref(done);
+    }
+    /* they ran as groups: at least one committed group, and at least two starts in groups */
+    double groups = metric("strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}") - groups0;
+    double grouped = metric("strand_api_grouped_commands_total{command=\"start\"}") - grouped0;
+    printf("\n  groups committed %.0f, starts in them %.0f\n", groups, grouped);
+    CU_ASSERT_TRUE(groups >= 1);
+    CU_ASSERT_TRUE(grouped >= 2);
+}
+
+static void test_failed_statement_runs_each_alone(void)
+{
+    char ref[64], poison[64], sql[512];
+    snprintf(ref, sizeof ref, "alone-%s", tag);
+    snprintf(poison, sizeof poison, "poison-%s", tag);
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE FUNCTION public.t_poison() RETURNS trigger LANGUAGE plpgsql AS $$"
+             " BEGIN IF NEW.business_ref = '%s' THEN RAISE EXCEPTION 'poisoned start'; END IF;"
+             " RETURN NEW; END $$", poison);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
+    CU_ASSERT_TRUE_FATAL(it_sql_exec("CREATE TRIGGER t_poison BEFORE INSERT ON strand.instances"
+                                     " FOR EACH ROW EXECUTE FUNCTION public.t_poison()"));
+    double failed0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"failed\"}");
+    start_t s[6];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 5; i++)
+        body_for(&s[i], "group_w1", ref, NULL, i + 1);
+    body_for(&s[5], "group_w1", poison, NULL, 6);
+    char first_ref[64];
+    snprintf(first_ref, sizeof first_ref, "first2-%s", tag);
+    run_queued(s, 6, first_ref);
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_poison ON strand.instances"));
+
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(s[i].status, 201);
+    CU_ASSERT_EQUAL(s[5].status, 500);
+    CU_ASSERT_EQUAL(count_for(ref), 5);
+    CU_ASSERT_EQUAL(count_for(poison), 0);
+    double failed = metric("strand_api_command_groups_total{command=\"start\",outcome=\"failed\"}") - failed0;
+    CU_ASSERT_TRUE(failed >= 1);
+    for (int i = 0; i < 5; i++) {
+        json_t *done = it_wait_instance(s[i].id, "completed", 30);
+        CU_ASSERT_PTR_NOT_NULL(done);
+        json_decref(done);
+    }
+}
+
+static void test_failed_commit_runs_none_again(void)
+{
+    char ref[64], bad[64], sql[600];
+    snprintf(ref, sizeof ref, "commit-%s", tag);
+    snprintf(bad, sizeof bad, "commitfail-%s", tag);
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE FUNCTION public.t_commit_fail() RETURNS trigger LANGUAGE plpgsql AS $$"
+             " BEGIN IF NEW.business_ref = '%s' THEN RAISE EXCEPTION 'refused at commit'; END IF;"
+             " RETURN NULL; END $$", bad);
+    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
+    CU_ASSERT_TRUE_FATAL(it_sql_exec("CREATE CONSTRAINT TRIGGER t_commit_fail AFTER INSERT ON"
+                                     " strand.instances DEFERRABLE INITIALLY DEFERRED"
+                                     " FOR EACH ROW EXECUTE FUNCTION public.t_commit_fail()"));
+    start_t s[5];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 4; i++)
+        body_for(&s[i], "group_w1", ref, NULL, i + 1);
+    body_for(&s[4], "group_w1", bad, NULL, 5);
+    char first_ref[64];
+    snprintf(first_ref, sizeof first_ref, "first3-%s", tag);
+    run_queued(s, 5, first_ref);
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_commit_fail ON strand.instances"));
+
+    /* the group's COMMIT failed: whatever ran in it answers the error and nothing of it
+     * is started; a start that ran alone (it came late) may have succeeded */
+    long long started = count_for(ref);
+    int ok = 0;
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_TRUE(s[i].status == 201 || s[i].status == 500);
+        ok += s[i].status == 201;
+    }
+    CU_ASSERT_EQUAL(s[4].status, 500);
+    CU_ASSERT_EQUAL(started, ok);
+    CU_ASSERT_TRUE(ok < 4);   /* at least one shared the failed group */
+    CU_ASSERT_EQUAL(count_for(bad), 0);
+}
+
+static void test_teardown(void)
+{
+    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_poison()"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_commit_fail()"));
+    CU_ASSERT_TRUE(it_stop_all());
+    unsetenv("STRAND_API_START_LANES");
+    unsetenv("STRAND_API_START_GROUP_MAX");
+}
+
+int main(void)
+{
+    if (!it_init("test_start_group"))
+        return 1;
+    st_uuid_new(tag);
+    static const it_case_t cases[] = {
+        {"start the API and the executor with one start lane", test_setup},
+        {"starts queued together run as one group, each answered as alone",
+         test_group_answers_each_start},
+        {"a start whose statement fails fails alone; the others run alone and succeed",
+         test_failed_statement_runs_each_alone},
+        {"a group whose COMMIT fails answers the error and starts nothing twice",
+         test_failed_commit_runs_none_again},
+        {"stop", test_teardown},
+    };
+    return it_run_suite("start_group", cases, (int)(sizeof cases / sizeof cases[0]));
+}
