@@ -25,10 +25,7 @@
 #define MAX_STARTS 16
 
 static char tag[37];
-static const char *const def_doc =
-    "{\"kind\":\"flow\",\"name\":\"group_w1\",\"version\":1,\"steps\":["
-    "{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"input.i + 1\"}},"
-    "{\"id\":\"c\",\"type\":\"complete\",\"output\":{\"x\":\"state.x\"}}]}";
+static char def_name[48];   /* group_<tag>: each run (release, sanitizers) imports its own */
 
 typedef struct {
     char body[512];
@@ -75,7 +72,7 @@ static void run_queued(start_t *starts, int n, const char *first_ref)
     PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
     start_t first;
     memset(&first, 0, sizeof first);
-    body_for(&first, "group_w1", first_ref, NULL, 0);
+    body_for(&first, def_name, first_ref, NULL, 0);
     CU_ASSERT_EQUAL_FATAL(pthread_create(&first.thread, NULL, start_main, &first), 0);
     /* the first start waits on the lock: the lane is taken */
     CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
@@ -100,7 +97,13 @@ static void test_setup(void)
     setenv("STRAND_API_START_LANES", "1", 1);
     setenv("STRAND_API_START_GROUP_MAX", "64", 1);
     it_start_api_executor(NULL);
-    it_import(NULL, def_doc);
+    char doc[512];
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"a\",\"type\":\"set\",\"values\":{\"x\":\"input.i + 1\"}},"
+             "{\"id\":\"c\",\"type\":\"complete\",\"output\":{\"x\":\"state.x\"}}]}",
+             def_name);
+    it_import(NULL, doc);
 }
 
 static void test_group_answers_each_start(void)
@@ -113,11 +116,11 @@ static void test_group_answers_each_start(void)
     start_t s[12];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 8; i++)
-        body_for(&s[i], "group_w1", ref, NULL, i + 1);
+        body_for(&s[i], def_name, ref, NULL, i + 1);
     body_for(&s[8], "no_such_definition", ref, NULL, 9);
     snprintf(s[9].body, sizeof s[9].body, "{\"definition\":42}");
-    body_for(&s[10], "group_w1", ref, rid, 10);
-    body_for(&s[11], "group_w1", ref, rid, 11);
+    body_for(&s[10], def_name, ref, rid, 10);
+    body_for(&s[11], def_name, ref, rid, 11);
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first-%s", tag);
     run_queued(s, 12, first_ref);
@@ -169,8 +172,8 @@ static void test_failed_statement_runs_each_alone(void)
     start_t s[6];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 5; i++)
-        body_for(&s[i], "group_w1", ref, NULL, i + 1);
-    body_for(&s[5], "group_w1", poison, NULL, 6);
+        body_for(&s[i], def_name, ref, NULL, i + 1);
+    body_for(&s[5], def_name, poison, NULL, 6);
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first2-%s", tag);
     run_queued(s, 6, first_ref);
@@ -206,8 +209,8 @@ static void test_failed_commit_runs_none_again(void)
     start_t s[5];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 4; i++)
-        body_for(&s[i], "group_w1", ref, NULL, i + 1);
-    body_for(&s[4], "group_w1", bad, NULL, 5);
+        body_for(&s[i], def_name, ref, NULL, i + 1);
+    body_for(&s[4], def_name, bad, NULL, 5);
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first3-%s", tag);
     run_queued(s, 5, first_ref);
@@ -241,6 +244,7 @@ int main(void)
     if (!it_init("test_start_group"))
         return 1;
     st_uuid_new(tag);
+    snprintf(def_name, sizeof def_name, "group_%.8s", tag);
     static const it_case_t cases[] = {
         {"start the API and the executor with one start lane", test_setup},
         {"starts queued together run as one group, each answered as alone",
