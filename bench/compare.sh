@@ -21,12 +21,14 @@
 #
 # W1 is the throughput comparison, and one run of it on a 2-core machine moves by +-20%:
 # every engine first gets an untimed warm-up W1 (STRAND_BENCH_WARMUP_N instances: JIT
-# compilers, caches and connection pools warm), then STRAND_BENCH_ROUNDS timed W1 runs;
+# compilers, caches and connection pools warm; Strand's stack gets
+# STRAND_BENCH_STRAND_WARMUP_N, since its broker is a JVM whose JIT compiler takes some
+# 20,000 messages to settle, where the peers run no JVM), then STRAND_BENCH_ROUNDS timed W1 runs;
 # the doc reports each engine's median round and all the rounds' rates. Strand's and
 # Restate's timed rounds alternate, so that each pair meets the same machine.
 #
 # Environment: STRAND_BENCH_N_W1 (5000), _N_W2 (1000), _N_W3 (10000), _N_W4 (300),
-# STRAND_BENCH_ROUNDS (5), STRAND_BENCH_WARMUP_N (2000),
+# STRAND_BENCH_ROUNDS (5), STRAND_BENCH_WARMUP_N (2000), STRAND_BENCH_STRAND_WARMUP_N (10000),
 # STRAND_BENCH_CONCURRENCY (16), STRAND_BENCH_CURVE_N (2000: W1 size at each curve
 # point), STRAND_BENCH_CURVE_LEVELS ("1000 10000 100000" waiting instances),
 # STRAND_BENCH_CONC_LEVELS ("1 4 16 64 256": client counts of the concurrency curve),
@@ -49,12 +51,14 @@ if [ $quick = 1 ]; then
   N4=${STRAND_BENCH_N_W4:-50} CN=${STRAND_BENCH_CURVE_N:-300}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 3000"} W3MS=5000
   ROUNDS=${STRAND_BENCH_ROUNDS:-1} WARM=${STRAND_BENCH_WARMUP_N:-50}
+  SWARM=${STRAND_BENCH_STRAND_WARMUP_N:-50}
   CONCN=${STRAND_BENCH_CONC_N:-100}
 else
   N1=${STRAND_BENCH_N_W1:-5000} N2=${STRAND_BENCH_N_W2:-1000} N3=${STRAND_BENCH_N_W3:-10000}
   N4=${STRAND_BENCH_N_W4:-300} CN=${STRAND_BENCH_CURVE_N:-2000}
   LEVELS=${STRAND_BENCH_CURVE_LEVELS:-"1000 10000 100000"} W3MS=20000
   ROUNDS=${STRAND_BENCH_ROUNDS:-5} WARM=${STRAND_BENCH_WARMUP_N:-2000}
+  SWARM=${STRAND_BENCH_STRAND_WARMUP_N:-10000}
   CONCN=${STRAND_BENCH_CONC_N:-2000}
 fi
 LEAD=${STRAND_BENCH_PEER_LEAD_MS:-0}
@@ -165,6 +169,7 @@ meta loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 meta rounds "$ROUNDS"
 meta cores "$(nproc)"
 meta warmup_n "$WARM"
+meta strand_warmup_n "$SWARM"
 meta executor_rss_idle_kb "$(rss_kb "${pid[executor]}")"
 
 # ---- Strand W1-W4 -----------------------------------------------------------------
@@ -285,7 +290,7 @@ def job():
 print(json.dumps({"calibration_s": sorted(job() for _ in range(3))[1]}))' >>"$results"
 }
 restate_start
-sb --workload w1 --n "$WARM" --label warmup --timeout 600
+sb --workload w1 --n "$SWARM" --label warmup --timeout 600
 # Statistics taken now describe tables with rows in them. The VACUUM ANALYZE above ran on
 # (nearly) empty tables: the services' connections then cache generic plans costed for
 # empty tables (sequential scans), which stay until autovacuum analyzes again, up to a
@@ -515,7 +520,7 @@ meta finished "\"$(date -u +%FT%TZ)\""
 meta loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 
 cmdline="bench/compare.sh${1:+ $1}"
-for v in STRAND_BENCH_ROUNDS STRAND_BENCH_WARMUP_N STRAND_BENCH_CONCURRENCY STRAND_BENCH_CURVE_LEVELS STRAND_BENCH_CURVE_N STRAND_BENCH_N_W4 \
+for v in STRAND_BENCH_ROUNDS STRAND_BENCH_WARMUP_N STRAND_BENCH_STRAND_WARMUP_N STRAND_BENCH_CONCURRENCY STRAND_BENCH_CURVE_LEVELS STRAND_BENCH_CURVE_N STRAND_BENCH_N_W4 \
          STRAND_BENCH_N_W3 STRAND_BENCH_N_W2 STRAND_BENCH_N_W1 STRAND_BENCH_PORT_BASE STRAND_BENCH_BUILD \
          STRAND_KAFKA_PORT STRAND_REDIS_PORT STRAND_PG_PORT STRAND_STACK_DIR; do
   [ -n "${!v:-}" ] && cmdline="$v=${!v} $cmdline"

@@ -55,8 +55,11 @@ def main():
                "(below; the last column is the "
                "machine's 1-minute load average when each workload began).")
     if meta.get("rounds", 1) > 1:
+        strand_warm = meta.get("strand_warmup_n", meta.get("warmup_n", "?"))
         out.append(f"Each engine first ran an untimed warm-up W1 of {meta.get('warmup_n', '?'):,} "
-                   f"instances, then W1 {meta['rounds']} times; its row shows the median round. "
+                   f"instances (Strand {strand_warm:,}: its broker is a JVM, whose JIT compiler "
+                   "takes some 20,000 messages to settle; the peers run no JVM), "
+                   f"then W1 {meta['rounds']} times; its row shows the median round. "
                    "Strand's and Restate's W1 rounds alternate (Strand, Restate, Strand, ...), both "
                    "running throughout, so that each pair of rounds meets the same machine: this VM's "
                    "speed drifts by tens of percent within minutes.")
