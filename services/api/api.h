@@ -48,17 +48,25 @@ typedef struct {
     st_answer_t *out;     /* answered by the group function, unless it fails */
 } st_cmd_item_t;
 
+/* What became of a group (st_cmd_group_fn). */
+typedef enum {
+    ST_GROUP_COMMITTED,   /* committed; every item is answered */
+    ST_GROUP_RUN_ALONE,   /* rolled back (a statement failed, or the server refused the
+                           * COMMIT): nothing is answered, and the caller runs each item
+                           * alone with the kind's st_cmd_fn, so that one bad command
+                           * never fails the others */
+    ST_GROUP_UNKNOWN,     /* the COMMIT got no answer (connection lost), so it may have
+                           * committed: every item that ran SQL answers the error, and
+                           * none may run again */
+} st_group_outcome_t;
+
 /* Runs `n` (1 to ST_CMD_GROUP_MAX) commands of one kind in one transaction on `conn`
- * and commits once, each answering its own item. Returns ST_OK when every item is
- * answered (a failed COMMIT answers its error to the items that wrote). Any other
- * result means a statement failed before the COMMIT: everything was rolled back,
- * nothing is answered, and the caller runs each item alone with the kind's
- * st_cmd_fn, so that one bad command never fails the others. */
-typedef st_err_t (*st_cmd_group_fn)(PGconn *conn, st_cmd_item_t *items, int n);
+ * and commits once, each answering its own item. */
+typedef st_group_outcome_t (*st_cmd_group_fn)(PGconn *conn, st_cmd_item_t *items, int n);
 
 /* st_cmd_start for a group of starts: one transaction, one COMMIT and one look-up per
  * distinct definition for all of them (instances.c). */
-st_err_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n);
+st_group_outcome_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n);
 void st_cmd_signal(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,
                    st_answer_t *out);
 void st_cmd_signal_correlated(PGconn *conn, const st_principal_t *who, const char *id, const json_t *args,

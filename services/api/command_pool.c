@@ -55,7 +55,7 @@ struct st_command_pool {
     st_cmd_fn group_cmd;
     st_cmd_group_fn group_fn;
     int group_max, group_lanes, groups_running;
-    st_metric_t *m_groups_committed, *m_groups_failed, *m_grouped;
+    st_metric_t *m_groups_committed, *m_groups_run_alone, *m_groups_unknown, *m_grouped;
 };
 
 static void list_push(st_job_list_t *l, st_job_t *job)
@@ -110,12 +110,18 @@ static void group_run(st_command_pool_t *pool, st_job_t *first, PGconn **conn)
         items[n++] = (st_cmd_item_t){&j->who, j->args, &j->answer};
     PGconn *c = n > 1 ? st_api_connect(conn, pool->dsn, &first->answer) : NULL;
     if (c != NULL) {
-        if (pool->group_fn(c, items, n) == ST_OK) {
+        switch (pool->group_fn(c, items, n)) {
+        case ST_GROUP_COMMITTED:
             st_metric_inc(pool->m_groups_committed);
             st_metric_add(pool->m_grouped, n);
             return;
+        case ST_GROUP_UNKNOWN:
+            st_metric_inc(pool->m_groups_unknown);
+            return;
+        case ST_GROUP_RUN_ALONE:
+            st_metric_inc(pool->m_groups_run_alone);
+            break;
         }
-        st_metric_inc(pool->m_groups_failed);
     }
     st_answer_close(&first->answer);   /* a failed connect answered it */
     first->answer.status = 0;
@@ -287,14 +293,18 @@ void st_command_pool_group(st_command_pool_t *pool, const char *kind, st_cmd_fn 
                            st_cmd_group_fn group, int max, int lanes)
 {
     static const char *const groups_help =
-        "Groups of two or more commands run in one transaction (failed: each then ran alone)";
+        "Groups of two or more commands run in one transaction, by outcome (committed,"
+        " run_alone, commit_unknown)";
     char labels[96];
     snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"committed\"", kind);
     pool->m_groups_committed = st_metrics_counter("strand_api_command_groups_total", groups_help,
                                                   labels);
-    snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"failed\"", kind);
-    pool->m_groups_failed = st_metrics_counter("strand_api_command_groups_total", groups_help,
+    snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"run_alone\"", kind);
+    pool->m_groups_run_alone = st_metrics_counter("strand_api_command_groups_total", groups_help,
                                                labels);
+    snprintf(labels, sizeof labels, "command=\"%s\",outcome=\"commit_unknown\"", kind);
+    pool->m_groups_unknown = st_metrics_counter("strand_api_command_groups_total", groups_help,
+                                                labels);
     snprintf(labels, sizeof labels, "command=\"%s\"", kind);
     pool->m_grouped = st_metrics_counter("strand_api_grouped_commands_total",
                                          "Commands committed in a group of two or more", labels);

@@ -191,22 +191,22 @@ static void answer_view(st_answer_t *out, PGresult *res, int status)
     st_answer_set(out, status, body);
 }
 
-/* Answers with the instance's current view, or 404. */
-static void answer_instance(st_answer_t *out, PGconn *conn, const char *id, int status)
+/* Answers with the instance's current view, or 404. Returns the error of a failed
+ * query, with `out` unset. */
+static st_err_t answer_instance(st_answer_t *out, PGconn *conn, const char *id, int status,
+                                st_errbuf_t *eb)
 {
     const char *params[] = {id};
-    st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, &eb);
-    if (err != ST_OK) {
-        st_answer_error(out, err, &eb);
-        return;
-    }
+    st_err_t err = st_pg_exec(conn, sql_instance_get, 1, params, &res, eb);
+    if (err != ST_OK)
+        return err;
     if (PQntuples(res) == 0)
         st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
     else
         answer_view(out, res, status);
     PQclear(res);
+    return ST_OK;
 }
 
 /* True if a loaded view has ended or moved past `after_version`. */
@@ -223,7 +223,10 @@ int st_api_instance_view(st_api_t *api, const char *instance_id, long long after
     PGconn *conn = st_api_conn(api, out);
     if (conn == NULL)
         return 1;
-    answer_instance(out, conn, instance_id, 200);
+    st_errbuf_t eb;
+    st_err_t err = answer_instance(out, conn, instance_id, 200, &eb);
+    if (err != ST_OK)
+        st_answer_error(out, err, &eb);
     return out->status != 200 || after_version < 0 || view_moved(out, after_version);
 }
 
@@ -280,7 +283,7 @@ typedef struct {
  * (name, requested version); a group of starts looks each definition up once. */
 typedef struct {
     const char *name;        /* borrowed from the request */
-    const char *version;     /* borrowed: "" = the latest */
+    char version[24];        /* as requested: "" = the latest */
     char pinned[16], policy[48];
     int found;
 } def_pin_t;
@@ -340,7 +343,8 @@ static const def_pin_t *pin_definition(PGconn *conn, const start_req_t *req, def
             strcmp(pins[i].version, req->version) == 0)
             return &pins[i];
     def_pin_t *pin = pins != NULL && *npins < max_pins ? &pins[(*npins)++] : scratch;
-    *pin = (def_pin_t){.name = req->definition, .version = req->version};
+    *pin = (def_pin_t){.name = req->definition};
+    snprintf(pin->version, sizeof pin->version, "%s", req->version);
     PGresult *res = NULL;
     const char *params[] = {req->definition, req->version[0] ? req->version : NULL};
     if ((*err = st_pg_exec(conn, sql_definition_latest, 2, params, &res, eb)) != ST_OK) {
@@ -390,8 +394,7 @@ static st_err_t start_tx(PGconn *conn, const start_req_t *req, int commit, def_p
                 (err = st_request_find(conn, ST_REQUEST_START, "", "", req->request_id, &found,
                                        prior, eb)) != ST_OK)
                 return err;
-            answer_instance(out, conn, prior, 200);
-            return ST_OK;
+            return answer_instance(out, conn, prior, 200, eb);
         }
     }
     if (req->business_ref != NULL &&
@@ -434,7 +437,7 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
     st_pg_rollback(conn);   /* a no-op after the commit */
 }
 
-st_err_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n)
+st_group_outcome_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n)
 {
     def_pin_t pins[ST_CMD_GROUP_MAX];
     int npins = 0;
@@ -445,28 +448,32 @@ st_err_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n)
         if (parse_start(items[i].out, items[i].args, &req))
             err = start_tx(conn, &req, 0, pins, &npins, ST_CMD_GROUP_MAX, items[i].out, &eb);
     }
-    if (err == ST_OK) {
-        if ((err = st_pg_commit(conn, &eb)) != ST_OK) {
-            /* Its outcome may be unknown (a connection lost in the COMMIT): running the
-             * starts again could start them twice, so each answers the error, as a
-             * start alone would. Refusals and retried request ids stay as answered. */
-            st_pg_rollback(conn);
-            for (int i = 0; i < n; i++)
-                if (items[i].out->status == 201) {
-                    st_answer_close(items[i].out);
-                    items[i].out->status = 0;
-                    st_answer_error(items[i].out, err, &eb);
-                }
-        }
-        return ST_OK;
-    }
-    st_log_debug("a group of starts rolled back; each runs alone", "%s", eb.msg);
+    int committing = err == ST_OK;
+    if (committing && (err = st_pg_commit(conn, &eb)) == ST_OK)
+        return ST_GROUP_COMMITTED;
+    /* A COMMIT the server answered with an error rolled back (a deferred constraint, a
+     * serialization failure, an aborted transaction); one that got no answer (the
+     * connection lost) may or may not have committed. */
+    int unknown = committing && (err == ST_ERR_DB || PQstatus(conn) != CONNECTION_OK);
     st_pg_rollback(conn);
     for (int i = 0; i < n; i++) {
+        int status = items[i].out->status;
+        if (unknown && (status == 400 || status == 404))
+            continue;   /* answered without the transaction */
         st_answer_close(items[i].out);
         items[i].out->status = 0;
+        if (unknown)
+            st_answer_error(items[i].out, err, &eb);
     }
-    return err;
+    if (unknown) {
+        /* Running the starts again could start them twice: each answers the error, as a
+         * start alone would (the client retries, with its request_id). */
+        st_log_warn("the COMMIT of a group of starts got no answer; each answers the error",
+                    "%s", eb.msg);
+        return ST_GROUP_UNKNOWN;
+    }
+    st_log_debug("a group of starts rolled back; each runs alone", "%s", eb.msg);
+    return ST_GROUP_RUN_ALONE;
 }
 
 static int digits(const char *p, int n)

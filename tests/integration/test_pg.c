@@ -144,6 +144,19 @@ static void test_begin_with_first_statement(void)
     CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, one, NULL, &eb), ST_ERR_DUPLICATE);
     CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_INERROR);
     st_pg_rollback(conn);
+    /* a failure the caller ignores: the COMMIT after it commits nothing and says so
+     * (PostgreSQL answers it with ROLLBACK, not an error) */
+    const char *two[] = {"2"};
+    CU_ASSERT_EQUAL(st_pg_begin(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, two, NULL, &eb), ST_OK);
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_insert, 1, one, NULL, &eb), ST_ERR_DUPLICATE);
+    CU_ASSERT_EQUAL(st_pg_commit(conn, &eb), ST_ERR_INTERNAL);
+    CU_ASSERT_EQUAL(PQtransactionStatus(conn), PQTRANS_IDLE);
+    st_pg_rollback(conn);
+    PGresult *kept = NULL;
+    CU_ASSERT_EQUAL(st_pg_exec(conn, sql_count, 0, NULL, &kept, &eb), ST_OK);
+    CU_ASSERT_STRING_EQUAL(kept ? PQgetvalue(kept, 0, 0) : "", "1");   /* "2" not committed */
+    PQclear(kept);
     /* a statement that fails to prepare inside the pipeline (sent twice: prepared the
      * second time) reports its own error too */
     static const char *const sql_bad = "SELECT v FROM t WHERE nope = $1";

@@ -5,12 +5,15 @@
  * that a first start holds the lane; the starts sent meanwhile queue and run as one
  * group once the lock goes. Each start must answer as it would alone:
  *   - valid starts 201 with their own instance, which runs to its end;
- *   - an unknown definition 404, a bad body 400, a repeated request_id the first's
- *     instance (200) - and none of them fails the others;
+ *   - an unknown definition or version 404, a bad body 400, a repeated request_id the
+ *     first's instance (200) - and none of them fails the others;
  *   - a start whose insert fails (a test trigger raises) fails alone: the group rolls
  *     back and each start runs again alone;
- *   - a group whose COMMIT fails (a deferred test trigger) answers the error to every
- *     start that wrote and runs none again, so nothing is started twice.
+ *   - a COMMIT the server refuses (a deferred test trigger raises) rolled back: each
+ *     start runs again alone;
+ *   - a COMMIT that gets no answer (the session dies in it) may have committed: every
+ *     start of the group answers the error and none runs again, so nothing is started
+ *     twice.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,8 +24,6 @@
 #include "harness.h"
 #include "st_test.h"
 #include "strand/util.h"
-
-#define MAX_STARTS 16
 
 static char tag[37];
 static char def_name[48];   /* group_<tag>: each run (release, sanitizers) imports its own */
@@ -113,7 +114,7 @@ static void test_group_answers_each_start(void)
     snprintf(rid, sizeof rid, "rid-%s", tag);
     double groups0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}");
     double grouped0 = metric("strand_api_grouped_commands_total{command=\"start\"}");
-    start_t s[12];
+    start_t s[14];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 8; i++)
         body_for(&s[i], def_name, ref, NULL, i + 1);
@@ -121,9 +122,16 @@ static void test_group_answers_each_start(void)
     snprintf(s[9].body, sizeof s[9].body, "{\"definition\":42}");
     body_for(&s[10], def_name, ref, rid, 10);
     body_for(&s[11], def_name, ref, rid, 11);
+    /* versions: 1 exists, 2 does not (each looked up on its own, not as the name's first) */
+    snprintf(s[12].body, sizeof s[12].body,
+             "{\"definition\":\"%s\",\"version\":1,\"input\":{\"i\":12},\"business_ref\":\"%s\"}",
+             def_name, ref);
+    snprintf(s[13].body, sizeof s[13].body,
+             "{\"definition\":\"%s\",\"version\":2,\"input\":{\"i\":13},\"business_ref\":\"%s\"}",
+             def_name, ref);
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first-%s", tag);
-    run_queued(s, 12, first_ref);
+    run_queued(s, 14, first_ref);
 
     for (int i = 0; i < 8; i++) {
         CU_ASSERT_EQUAL(s[i].status, 201);
@@ -136,7 +144,9 @@ static void test_group_answers_each_start(void)
     CU_ASSERT_TRUE((s[10].status == 201 && s[11].status == 200) ||
                    (s[10].status == 200 && s[11].status == 201));
     CU_ASSERT_STRING_EQUAL(s[10].id, s[11].id);
-    CU_ASSERT_EQUAL(count_for(ref), 9);
+    CU_ASSERT_EQUAL(s[12].status, 201);
+    CU_ASSERT_EQUAL(s[13].status, 404);
+    CU_ASSERT_EQUAL(count_for(ref), 10);
     for (int i = 0; i < 11; i++) {
         if (i == 8 || i == 9)
             continue;
@@ -168,7 +178,7 @@ static void test_failed_statement_runs_each_alone(void)
     CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
     CU_ASSERT_TRUE_FATAL(it_sql_exec("CREATE TRIGGER t_poison BEFORE INSERT ON strand.instances"
                                      " FOR EACH ROW EXECUTE FUNCTION public.t_poison()"));
-    double failed0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"failed\"}");
+    double failed0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}");
     start_t s[6];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 5; i++)
@@ -184,7 +194,7 @@ static void test_failed_statement_runs_each_alone(void)
     CU_ASSERT_EQUAL(s[5].status, 500);
     CU_ASSERT_EQUAL(count_for(ref), 5);
     CU_ASSERT_EQUAL(count_for(poison), 0);
-    double failed = metric("strand_api_command_groups_total{command=\"start\",outcome=\"failed\"}") - failed0;
+    double failed = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}") - failed0;
     CU_ASSERT_TRUE(failed >= 1);
     for (int i = 0; i < 5; i++) {
         json_t *done = it_wait_instance(s[i].id, "completed", 30);
@@ -193,19 +203,27 @@ static void test_failed_statement_runs_each_alone(void)
     }
 }
 
-static void test_failed_commit_runs_none_again(void)
+/* A deferred trigger on strand.instances that runs `action` at COMMIT for the rows of
+ * business_ref `ref`. */
+static int commit_trigger(const char *ref, const char *action)
 {
-    char ref[64], bad[64], sql[600];
+    char sql[700];
+    snprintf(sql, sizeof sql,
+             "CREATE OR REPLACE FUNCTION public.t_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
+             " BEGIN IF NEW.business_ref = '%s' THEN %s; END IF; RETURN NULL; END $$", ref, action);
+    return it_sql_exec(sql) &&
+           it_sql_exec("CREATE CONSTRAINT TRIGGER t_at_commit AFTER INSERT ON strand.instances"
+                       " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION"
+                       " public.t_at_commit()");
+}
+
+static void test_refused_commit_runs_each_alone(void)
+{
+    char ref[64], bad[64];
     snprintf(ref, sizeof ref, "commit-%s", tag);
     snprintf(bad, sizeof bad, "commitfail-%s", tag);
-    snprintf(sql, sizeof sql,
-             "CREATE OR REPLACE FUNCTION public.t_commit_fail() RETURNS trigger LANGUAGE plpgsql AS $$"
-             " BEGIN IF NEW.business_ref = '%s' THEN RAISE EXCEPTION 'refused at commit'; END IF;"
-             " RETURN NULL; END $$", bad);
-    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
-    CU_ASSERT_TRUE_FATAL(it_sql_exec("CREATE CONSTRAINT TRIGGER t_commit_fail AFTER INSERT ON"
-                                     " strand.instances DEFERRABLE INITIALLY DEFERRED"
-                                     " FOR EACH ROW EXECUTE FUNCTION public.t_commit_fail()"));
+    CU_ASSERT_TRUE_FATAL(commit_trigger(bad, "RAISE EXCEPTION 'refused at commit'"));
+    double alone0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}");
     start_t s[5];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 4; i++)
@@ -214,26 +232,60 @@ static void test_failed_commit_runs_none_again(void)
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first3-%s", tag);
     run_queued(s, 5, first_ref);
-    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_commit_fail ON strand.instances"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_at_commit ON strand.instances"));
 
-    /* the group's COMMIT failed: whatever ran in it answers the error and nothing of it
-     * is started; a start that ran alone (it came late) may have succeeded */
-    long long started = count_for(ref);
-    int ok = 0;
-    for (int i = 0; i < 4; i++) {
-        CU_ASSERT_TRUE(s[i].status == 201 || s[i].status == 500);
-        ok += s[i].status == 201;
-    }
+    /* the server refused the group's COMMIT, so it rolled back: each start ran alone */
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(s[i].status, 201);
     CU_ASSERT_EQUAL(s[4].status, 500);
-    CU_ASSERT_EQUAL(started, ok);
-    CU_ASSERT_TRUE(ok < 4);   /* at least one shared the failed group */
+    CU_ASSERT_EQUAL(count_for(ref), 4);
     CU_ASSERT_EQUAL(count_for(bad), 0);
+    CU_ASSERT_TRUE(metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}") >
+                   alone0);
+}
+
+static void test_unanswered_commit_runs_none_again(void)
+{
+    char ref[64], bad[64], rid[80];
+    snprintf(ref, sizeof ref, "lost-%s", tag);
+    snprintf(bad, sizeof bad, "lostcommit-%s", tag);
+    snprintf(rid, sizeof rid, "lost-rid-%s", tag);
+    /* the session dies in its COMMIT: the API cannot know whether it committed */
+    CU_ASSERT_TRUE_FATAL(commit_trigger(bad, "PERFORM pg_terminate_backend(pg_backend_pid())"));
+    double unknown0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"commit_unknown\"}");
+    start_t s[7];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < 4; i++)
+        body_for(&s[i], def_name, ref, NULL, i + 1);
+    body_for(&s[4], def_name, bad, NULL, 5);
+    body_for(&s[5], def_name, ref, rid, 6);   /* the same request id twice: 201 and 200 */
+    body_for(&s[6], def_name, ref, rid, 7);
+    char first_ref[64];
+    snprintf(first_ref, sizeof first_ref, "first4-%s", tag);
+    run_queued(s, 7, first_ref);
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_at_commit ON strand.instances"));
+
+    /* every start of the group answers the error (the retried request id too: its 200
+     * named an instance of the same group), and none ran again */
+    for (int i = 0; i < 7; i++)
+        CU_ASSERT_EQUAL(s[i].status, 503);
+    CU_ASSERT_EQUAL(count_for(ref), 0);
+    CU_ASSERT_EQUAL(count_for(bad), 0);
+    CU_ASSERT_TRUE(metric("strand_api_command_groups_total{command=\"start\",outcome=\"commit_unknown\"}") >
+                   unknown0);
+    /* the worker connects again for the next start */
+    start_t after;
+    memset(&after, 0, sizeof after);
+    body_for(&after, def_name, ref, NULL, 8);
+    start_main(&after);
+    CU_ASSERT_EQUAL(after.status, 201);
+    CU_ASSERT_EQUAL(count_for(ref), 1);
 }
 
 static void test_teardown(void)
 {
     CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_poison()"));
-    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_commit_fail()"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_at_commit()"));
     CU_ASSERT_TRUE(it_stop_all());
     unsetenv("STRAND_API_START_LANES");
     unsetenv("STRAND_API_START_GROUP_MAX");
@@ -251,8 +303,10 @@ int main(void)
          test_group_answers_each_start},
         {"a start whose statement fails fails alone; the others run alone and succeed",
          test_failed_statement_runs_each_alone},
-        {"a group whose COMMIT fails answers the error and starts nothing twice",
-         test_failed_commit_runs_none_again},
+        {"a group whose COMMIT the server refuses runs each start alone",
+         test_refused_commit_runs_each_alone},
+        {"a group whose COMMIT gets no answer answers the error and starts nothing twice",
+         test_unanswered_commit_runs_none_again},
         {"stop", test_teardown},
     };
     return it_run_suite("start_group", cases, (int)(sizeof cases / sizeof cases[0]));

@@ -688,9 +688,18 @@ st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb)
     open_tx_t *tx = tx_find(conn);
     st_pg_after_commit_fn after = tx != NULL ? tx->after_commit : NULL;
     st_err_t err = ST_OK;
-    if (tx == NULL || tx->queued != NULL || !tx->begin_pending)   /* else nothing was sent */
-        err = take_result(conn, exec_with_pending(conn, tx, NULL, 0, NULL, NULL, NULL, 0, 1),
-                          NULL, eb);
+    if (tx == NULL || tx->queued != NULL || !tx->begin_pending) {   /* else nothing was sent */
+        PGresult *r = NULL;
+        err = take_result(conn, exec_with_pending(conn, tx, NULL, 0, NULL, NULL, NULL, 0, 1), &r,
+                          eb);
+        /* PostgreSQL answers the COMMIT of a transaction that an earlier (ignored)
+         * failure aborted with the tag ROLLBACK and no error: nothing was committed. */
+        if (err == ST_OK && strcmp(PQcmdStatus(r), "ROLLBACK") == 0)
+            err = st_err_set(eb, ST_ERR_INTERNAL,
+                             "the transaction was rolled back at its COMMIT: an earlier statement"
+                             " of it failed");
+        PQclear(r);
+    }
     tx_release(tx);
     tx_end(conn, err == ST_OK ? "commit" : "commit_failed");
     if (err == ST_OK && after != NULL)

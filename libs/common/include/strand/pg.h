@@ -70,7 +70,9 @@ st_err_t st_pg_begin(PGconn *conn, st_errbuf_t *eb);
 st_err_t st_pg_queue_bin(PGconn *conn, const char *sql, int nparams,
                          const char *const *params, const int *lengths, const int *formats,
                          st_errbuf_t *eb);
-/* Commits (sends nothing when no statement ran or was queued since st_pg_begin()). */
+/* Commits (sends nothing when no statement ran or was queued since st_pg_begin()). A
+ * transaction an earlier failed statement aborted is not committed: that fails with
+ * ST_ERR_INTERNAL (PostgreSQL itself answers such a COMMIT with ROLLBACK, no error). */
 st_err_t st_pg_commit(PGconn *conn, st_errbuf_t *eb);
 /* The transaction's last statement and its COMMIT in one round trip (after a pending
  * BEGIN and queued statements). On success the transaction is committed and `res`
