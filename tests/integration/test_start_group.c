@@ -88,6 +88,10 @@ static void run_queued(start_t *starts, int n, const char *first_ref)
         pthread_join(starts[i].thread, NULL);
 }
 
+#define COMMITTED "strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}"
+#define RUN_ALONE "strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}"
+#define UNKNOWN "strand_api_command_groups_total{command=\"start\",outcome=\"commit_unknown\"}"
+
 static double metric(const char *series)
 {
     return it_metric(IT_API, series, 0);
@@ -112,7 +116,7 @@ static void test_group_answers_each_start(void)
     char ref[64], rid[80];
     snprintf(ref, sizeof ref, "group-%s", tag);
     snprintf(rid, sizeof rid, "rid-%s", tag);
-    double groups0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}");
+    double groups0 = metric(COMMITTED);
     double grouped0 = metric("strand_api_grouped_commands_total{command=\"start\"}");
     start_t s[14];
     memset(s, 0, sizeof s);
@@ -159,43 +163,54 @@ static void test_group_answers_each_start(void)
         json_decref(done);
     }
     /* they ran as groups: at least one committed group, and at least two starts in groups */
-    double groups = metric("strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}") - groups0;
+    double groups = metric(COMMITTED) - groups0;
     double grouped = metric("strand_api_grouped_commands_total{command=\"start\"}") - grouped0;
     printf("\n  groups committed %.0f, starts in them %.0f\n", groups, grouped);
     CU_ASSERT_TRUE(groups >= 1);
     CU_ASSERT_TRUE(grouped >= 2);
 }
 
-static void test_failed_statement_runs_each_alone(void)
+/* A trigger on strand.instances that runs `action` for the rows of business_ref `ref`:
+ * at their insert, or (`at_commit`) deferred to the COMMIT. */
+static int bad_row_trigger(const char *ref, const char *action, int at_commit)
 {
-    char ref[64], poison[64], sql[512];
-    snprintf(ref, sizeof ref, "alone-%s", tag);
-    snprintf(poison, sizeof poison, "poison-%s", tag);
+    char sql[700];
     snprintf(sql, sizeof sql,
-             "CREATE OR REPLACE FUNCTION public.t_poison() RETURNS trigger LANGUAGE plpgsql AS $$"
-             " BEGIN IF NEW.business_ref = '%s' THEN RAISE EXCEPTION 'poisoned start'; END IF;"
-             " RETURN NEW; END $$", poison);
-    CU_ASSERT_TRUE_FATAL(it_sql_exec(sql));
-    CU_ASSERT_TRUE_FATAL(it_sql_exec("CREATE TRIGGER t_poison BEFORE INSERT ON strand.instances"
-                                     " FOR EACH ROW EXECUTE FUNCTION public.t_poison()"));
-    double failed0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}");
+             "CREATE OR REPLACE FUNCTION public.t_bad_row() RETURNS trigger LANGUAGE plpgsql AS $$"
+             " BEGIN IF NEW.business_ref = '%s' THEN %s; END IF; RETURN NEW; END $$", ref, action);
+    return it_sql_exec(sql) &&
+           it_sql_exec(at_commit ? "CREATE CONSTRAINT TRIGGER t_bad_row AFTER INSERT ON"
+                                   " strand.instances DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
+                                   " EXECUTE FUNCTION public.t_bad_row()"
+                                 : "CREATE TRIGGER t_bad_row BEFORE INSERT ON strand.instances"
+                                   " FOR EACH ROW EXECUTE FUNCTION public.t_bad_row()");
+}
+
+/* Five good starts and one whose insert fails (`at_commit`: whose COMMIT the server
+ * refuses) queued as one group: the group rolls back and each start runs alone, so
+ * the five run to their end and only the bad one answers 500. */
+static void one_bad_start_fails_alone(const char *name, int at_commit)
+{
+    char ref[64], bad[64], first_ref[64];
+    snprintf(ref, sizeof ref, "%s-%s", name, tag);
+    snprintf(bad, sizeof bad, "%s-bad-%s", name, tag);
+    snprintf(first_ref, sizeof first_ref, "%s-first-%s", name, tag);
+    CU_ASSERT_TRUE_FATAL(bad_row_trigger(bad, "RAISE EXCEPTION 'bad start'", at_commit));
+    double alone0 = metric(RUN_ALONE);
     start_t s[6];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 5; i++)
         body_for(&s[i], def_name, ref, NULL, i + 1);
-    body_for(&s[5], def_name, poison, NULL, 6);
-    char first_ref[64];
-    snprintf(first_ref, sizeof first_ref, "first2-%s", tag);
+    body_for(&s[5], def_name, bad, NULL, 6);
     run_queued(s, 6, first_ref);
-    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_poison ON strand.instances"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_bad_row ON strand.instances"));
 
     for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(s[i].status, 201);
     CU_ASSERT_EQUAL(s[5].status, 500);
     CU_ASSERT_EQUAL(count_for(ref), 5);
-    CU_ASSERT_EQUAL(count_for(poison), 0);
-    double failed = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}") - failed0;
-    CU_ASSERT_TRUE(failed >= 1);
+    CU_ASSERT_EQUAL(count_for(bad), 0);
+    CU_ASSERT_TRUE(metric(RUN_ALONE) > alone0);
     for (int i = 0; i < 5; i++) {
         json_t *done = it_wait_instance(s[i].id, "completed", 30);
         CU_ASSERT_PTR_NOT_NULL(done);
@@ -203,45 +218,14 @@ static void test_failed_statement_runs_each_alone(void)
     }
 }
 
-/* A deferred trigger on strand.instances that runs `action` at COMMIT for the rows of
- * business_ref `ref`. */
-static int commit_trigger(const char *ref, const char *action)
+static void test_failed_statement_runs_each_alone(void)
 {
-    char sql[700];
-    snprintf(sql, sizeof sql,
-             "CREATE OR REPLACE FUNCTION public.t_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
-             " BEGIN IF NEW.business_ref = '%s' THEN %s; END IF; RETURN NULL; END $$", ref, action);
-    return it_sql_exec(sql) &&
-           it_sql_exec("CREATE CONSTRAINT TRIGGER t_at_commit AFTER INSERT ON strand.instances"
-                       " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION"
-                       " public.t_at_commit()");
+    one_bad_start_fails_alone("insert", 0);
 }
 
 static void test_refused_commit_runs_each_alone(void)
 {
-    char ref[64], bad[64];
-    snprintf(ref, sizeof ref, "commit-%s", tag);
-    snprintf(bad, sizeof bad, "commitfail-%s", tag);
-    CU_ASSERT_TRUE_FATAL(commit_trigger(bad, "RAISE EXCEPTION 'refused at commit'"));
-    double alone0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}");
-    start_t s[5];
-    memset(s, 0, sizeof s);
-    for (int i = 0; i < 4; i++)
-        body_for(&s[i], def_name, ref, NULL, i + 1);
-    body_for(&s[4], def_name, bad, NULL, 5);
-    char first_ref[64];
-    snprintf(first_ref, sizeof first_ref, "first3-%s", tag);
-    run_queued(s, 5, first_ref);
-    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_at_commit ON strand.instances"));
-
-    /* the server refused the group's COMMIT, so it rolled back: each start ran alone */
-    for (int i = 0; i < 4; i++)
-        CU_ASSERT_EQUAL(s[i].status, 201);
-    CU_ASSERT_EQUAL(s[4].status, 500);
-    CU_ASSERT_EQUAL(count_for(ref), 4);
-    CU_ASSERT_EQUAL(count_for(bad), 0);
-    CU_ASSERT_TRUE(metric("strand_api_command_groups_total{command=\"start\",outcome=\"run_alone\"}") >
-                   alone0);
+    one_bad_start_fails_alone("commit", 1);
 }
 
 static void test_unanswered_commit_runs_none_again(void)
@@ -251,8 +235,8 @@ static void test_unanswered_commit_runs_none_again(void)
     snprintf(bad, sizeof bad, "lostcommit-%s", tag);
     snprintf(rid, sizeof rid, "lost-rid-%s", tag);
     /* the session dies in its COMMIT: the API cannot know whether it committed */
-    CU_ASSERT_TRUE_FATAL(commit_trigger(bad, "PERFORM pg_terminate_backend(pg_backend_pid())"));
-    double unknown0 = metric("strand_api_command_groups_total{command=\"start\",outcome=\"commit_unknown\"}");
+    CU_ASSERT_TRUE_FATAL(bad_row_trigger(bad, "PERFORM pg_terminate_backend(pg_backend_pid())", 1));
+    double unknown0 = metric(UNKNOWN);
     start_t s[7];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 4; i++)
@@ -263,7 +247,7 @@ static void test_unanswered_commit_runs_none_again(void)
     char first_ref[64];
     snprintf(first_ref, sizeof first_ref, "first4-%s", tag);
     run_queued(s, 7, first_ref);
-    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_at_commit ON strand.instances"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP TRIGGER t_bad_row ON strand.instances"));
 
     /* every start of the group answers the error (the retried request id too: its 200
      * named an instance of the same group), and none ran again */
@@ -271,7 +255,7 @@ static void test_unanswered_commit_runs_none_again(void)
         CU_ASSERT_EQUAL(s[i].status, 503);
     CU_ASSERT_EQUAL(count_for(ref), 0);
     CU_ASSERT_EQUAL(count_for(bad), 0);
-    CU_ASSERT_TRUE(metric("strand_api_command_groups_total{command=\"start\",outcome=\"commit_unknown\"}") >
+    CU_ASSERT_TRUE(metric(UNKNOWN) >
                    unknown0);
     /* the worker connects again for the next start */
     start_t after;
@@ -284,8 +268,7 @@ static void test_unanswered_commit_runs_none_again(void)
 
 static void test_teardown(void)
 {
-    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_poison()"));
-    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_at_commit()"));
+    CU_ASSERT_TRUE(it_sql_exec("DROP FUNCTION IF EXISTS public.t_bad_row()"));
     CU_ASSERT_TRUE(it_stop_all());
     unsetenv("STRAND_API_START_LANES");
     unsetenv("STRAND_API_START_GROUP_MAX");
