@@ -41,9 +41,9 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *id, const
 /* The most commands one group runs in one transaction (st_cmd_group_fn). */
 #define ST_CMD_GROUP_MAX 64
 
-/* One command of a group. */
+/* One command of a group (a start: its route authorised the caller, so the request is
+ * all it needs). */
 typedef struct {
-    const st_principal_t *who;
     const json_t *args;   /* borrowed */
     st_answer_t *out;     /* answered by the group function, unless it fails */
 } st_cmd_item_t;

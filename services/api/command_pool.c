@@ -107,7 +107,7 @@ static void group_run(st_command_pool_t *pool, st_job_t *first, PGconn **conn)
     st_cmd_item_t items[ST_CMD_GROUP_MAX];
     int n = 0;
     for (st_job_t *j = first; j != NULL; j = j->next)
-        items[n++] = (st_cmd_item_t){&j->who, j->args, &j->answer};
+        items[n++] = (st_cmd_item_t){j->args, &j->answer};
     PGconn *c = n > 1 ? st_api_connect(conn, pool->dsn, &first->answer) : NULL;
     if (c != NULL) {
         switch (pool->group_fn(c, items, n)) {
@@ -129,6 +129,18 @@ static void group_run(st_command_pool_t *pool, st_job_t *first, PGconn **conn)
         job_run(j, conn, pool->dsn);
 }
 
+/* Unlinks `job` from `l`; `prev` is the job before it (NULL: it is the head). */
+static void list_unlink(st_job_list_t *l, st_job_t *prev, st_job_t *job)
+{
+    if (prev != NULL)
+        prev->next = job->next;
+    else
+        l->head = job->next;
+    if (l->tail == job)
+        l->tail = prev;
+    job->next = NULL;
+}
+
 /* Unlinks and returns the first job a worker may run now (with pool->mu held), NULL if
  * none: a groupable job only while a group lane is free, and then with every other
  * queued groupable job (up to group_max) chained behind it. */
@@ -141,34 +153,25 @@ static st_job_t *take_runnable(st_command_pool_t *pool)
     }
     if (job == NULL)
         return NULL;
-    st_job_t *p = prev;
-    int taken = 1;
-    st_job_t *first = job, *last = job;
-    for (st_job_t *j = job; j != NULL;) {
-        st_job_t *next = j->next;
-        if (j == first || (first->groupable && j->groupable && taken < pool->group_max)) {
-            if (p != NULL)
-                p->next = next;
-            else
-                pool->queued.head = next;
-            if (pool->queued.tail == j)
-                pool->queued.tail = p;
-            if (j != first) {
-                last->next = j;
-                last = j;
-                taken++;
-            }
-        } else {
-            p = j;
+    st_job_t *after = job->next;
+    list_unlink(&pool->queued, prev, job);
+    if (!job->groupable)
+        return job;
+    pool->groups_running++;
+    st_job_t *last = job;
+    for (int taken = 1; after != NULL && taken < pool->group_max;) {
+        st_job_t *j = after;
+        after = j->next;
+        if (!j->groupable) {
+            prev = j;
+            continue;
         }
-        if (!first->groupable)
-            break;
-        j = next;
+        list_unlink(&pool->queued, prev, j);
+        last->next = j;
+        last = j;
+        taken++;
     }
-    last->next = NULL;
-    if (first->groupable)
-        pool->groups_running++;
-    return first;
+    return job;
 }
 
 static void *worker_main(void *arg)

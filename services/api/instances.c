@@ -288,6 +288,12 @@ typedef struct {
     int found;
 } def_pin_t;
 
+/* The look-ups of one transaction: at most one per start. */
+typedef struct {
+    def_pin_t pin[ST_CMD_GROUP_MAX];
+    int n;
+} def_pins_t;
+
 /* Validates the start request; answers 400 and returns 0 on bad input. */
 static int parse_start(st_answer_t *out, const json_t *body, start_req_t *req)
 {
@@ -331,33 +337,29 @@ static int parse_start(st_answer_t *out, const json_t *body, start_req_t *req)
     return 1;
 }
 
-/* Looks up the definition `req` names, once per distinct (name, version) in `pins`
- * (`*npins` used of `max_pins`; NULL: no memory). Returns the pin, or NULL with *err set
- * on a failed query. */
-static const def_pin_t *pin_definition(PGconn *conn, const start_req_t *req, def_pin_t *pins,
-                                       int *npins, int max_pins, def_pin_t *scratch,
+/* Looks up the definition `req` names, once per distinct (name, version) in `pins`.
+ * Returns the pin, or NULL with *err set on a failed query. */
+static const def_pin_t *pin_definition(PGconn *conn, const start_req_t *req, def_pins_t *pins,
                                        st_err_t *err, st_errbuf_t *eb)
 {
-    for (int i = 0; pins != NULL && i < *npins; i++)
-        if (strcmp(pins[i].name, req->definition) == 0 &&
-            strcmp(pins[i].version, req->version) == 0)
-            return &pins[i];
-    def_pin_t *pin = pins != NULL && *npins < max_pins ? &pins[(*npins)++] : scratch;
+    for (int i = 0; i < pins->n; i++)
+        if (strcmp(pins->pin[i].name, req->definition) == 0 &&
+            strcmp(pins->pin[i].version, req->version) == 0)
+            return &pins->pin[i];
+    def_pin_t *pin = &pins->pin[pins->n];   /* room: one per start, ST_CMD_GROUP_MAX starts */
     *pin = (def_pin_t){.name = req->definition};
     snprintf(pin->version, sizeof pin->version, "%s", req->version);
     PGresult *res = NULL;
     const char *params[] = {req->definition, req->version[0] ? req->version : NULL};
-    if ((*err = st_pg_exec(conn, sql_definition_latest, 2, params, &res, eb)) != ST_OK) {
-        if (pin != scratch)
-            (*npins)--;
+    if ((*err = st_pg_exec(conn, sql_definition_latest, 2, params, &res, eb)) != ST_OK)
         return NULL;
-    }
     pin->found = PQntuples(res) > 0;
     if (pin->found) {
         snprintf(pin->pinned, sizeof pin->pinned, "%s", PQgetvalue(res, 0, 0));
         snprintf(pin->policy, sizeof pin->policy, "%s", PQgetvalue(res, 0, 1)); /* "" = NULL */
     }
     PQclear(res);
+    pins->n++;
     return pin;
 }
 
@@ -366,12 +368,11 @@ static const def_pin_t *pin_definition(PGconn *conn, const start_req_t *req, def
  * With `commit`, the instance insert goes out with the COMMIT (a start alone); without,
  * the transaction stays open (a group). Returns the error of a failed statement, with
  * `out` unset; the caller then rolls back. */
-static st_err_t start_tx(PGconn *conn, const start_req_t *req, int commit, def_pin_t *pins,
-                         int *npins, int max_pins, st_answer_t *out, st_errbuf_t *eb)
+static st_err_t start_tx(PGconn *conn, const start_req_t *req, int commit, def_pins_t *pins,
+                         st_answer_t *out, st_errbuf_t *eb)
 {
     st_err_t err = ST_OK;
-    def_pin_t scratch;
-    const def_pin_t *pin = pin_definition(conn, req, pins, npins, max_pins, &scratch, &err, eb);
+    const def_pin_t *pin = pin_definition(conn, req, pins, &err, eb);
     if (pin == NULL)
         return err;
     if (!pin->found) {
@@ -429,9 +430,10 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
     if (!parse_start(out, args, &req))
         return;
     st_errbuf_t eb;
+    def_pins_t pins = {.n = 0};
     st_err_t err = st_pg_begin(conn, &eb);
     if (err == ST_OK)
-        err = start_tx(conn, &req, 1, NULL, NULL, 0, out, &eb);
+        err = start_tx(conn, &req, 1, &pins, out, &eb);
     if (out->status == 0)
         st_answer_error(out, err, &eb);
     st_pg_rollback(conn);   /* a no-op after the commit */
@@ -439,14 +441,13 @@ void st_cmd_start(PGconn *conn, const st_principal_t *who, const char *unused_id
 
 st_group_outcome_t st_cmd_start_group(PGconn *conn, st_cmd_item_t *items, int n)
 {
-    def_pin_t pins[ST_CMD_GROUP_MAX];
-    int npins = 0;
+    def_pins_t pins = {.n = 0};
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
     for (int i = 0; i < n && err == ST_OK; i++) {
         start_req_t req;
         if (parse_start(items[i].out, items[i].args, &req))
-            err = start_tx(conn, &req, 0, pins, &npins, ST_CMD_GROUP_MAX, items[i].out, &eb);
+            err = start_tx(conn, &req, 0, &pins, items[i].out, &eb);
     }
     int committing = err == ST_OK;
     if (committing && (err = st_pg_commit(conn, &eb)) == ST_OK)

@@ -23,59 +23,6 @@
 #include "strand/outbox.h"
 #include "strand/pg.h"
 
-/* STRAND_API_REQUEST_TIMEOUT_MS: 100 to 600000, default 10000. */
-static int read_request_timeout(void)
-{
-    const char *text = getenv("STRAND_API_REQUEST_TIMEOUT_MS");
-    if (text == NULL || text[0] == '\0')
-        return 1;
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (*end != '\0' || v < 100 || v > 600000) {
-        st_log_error("invalid configuration",
-                     "STRAND_API_REQUEST_TIMEOUT_MS must be an integer from 100 to 600000, got \"%s\"",
-                     text);
-        return 0;
-    }
-    st_api_request_timeout_ms = (int)v;
-    return 1;
-}
-
-/* An integer setting `name` from `min` to `max` (`def` when unset or empty). Logs the
- * error and returns 0 when it is not one. */
-static int read_int_setting(const char *name, int def, int min, int max, int *out)
-{
-    const char *text = getenv(name);
-    *out = def;
-    if (text == NULL || text[0] == '\0')
-        return 1;
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (*end != '\0' || v < min || v > max) {
-        st_log_error("invalid configuration", "%s must be an integer from %d to %d, got \"%s\"",
-                     name, min, max, text);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
-/* The command pool's settings: STRAND_API_WORKERS threads (each with its own PostgreSQL
- * connection, 1 to 64, default 8) run write commands; starts queued together run as one
- * transaction of up to STRAND_API_START_GROUP_MAX (1 = each alone, default 32), at most
- * STRAND_API_START_LANES (default 2) such groups at once. */
-typedef struct {
-    int workers, start_group_max, start_lanes;
-} pool_settings_t;
-
-static int read_pool_settings(pool_settings_t *out)
-{
-    return read_int_setting("STRAND_API_WORKERS", 8, 1, 64, &out->workers) &&
-           read_int_setting("STRAND_API_START_GROUP_MAX", 32, 1, ST_CMD_GROUP_MAX,
-                            &out->start_group_max) &&
-           read_int_setting("STRAND_API_START_LANES", 2, 1, 64, &out->start_lanes);
-}
-
 /* The HTTP guard: every non-public route needs a known bearer token (401) and the
  * route's permission (403; permissions.c). */
 static int authenticate(st_http_req_t *req, void *ctx)
@@ -160,14 +107,12 @@ int main(int argc, char **argv)
     }
     st_service_t svc;
     st_errbuf_t eb;
-    pool_settings_t pool_settings;
-    if (!read_request_timeout() || !read_pool_settings(&pool_settings))
-        return 2;
     if (st_service_init(&svc, "api", 8080, &eb) != ST_OK ||
         apply_engine_limits(&svc.cfg, &eb) != ST_OK) {
         st_log_error("could not start", "%s", eb.msg);
         return 1;
     }
+    st_api_request_timeout_ms = svc.cfg.api_request_timeout_ms;
     if (st_service_prepare(&svc, &eb) != ST_OK) {
         st_log_error("could not prepare PostgreSQL and Kafka", "%s", eb.msg);
         st_service_close(&svc);
@@ -176,14 +121,14 @@ int main(int argc, char **argv)
     st_api_t api = {.svc = &svc};
     st_api_reads_configure(&svc.cfg);
     curl_global_init(CURL_GLOBAL_DEFAULT);   /* before any thread may make an RPC call */
-    if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, pool_settings.workers, &api.pool, &eb) !=
+    if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, svc.cfg.api_workers, &api.pool, &eb) !=
         ST_OK) {
         st_log_error("could not start the command workers", "%s", eb.msg);
         st_service_close(&svc);
         return 1;
     }
     st_command_pool_group(api.pool, "start", st_cmd_start, st_cmd_start_group,
-                          pool_settings.start_group_max, pool_settings.start_lanes);
+                          svc.cfg.api_start_group_max, svc.cfg.api_start_lanes);
     if (st_auth_load(svc.cfg.auth_file, &api.auth, &eb) != ST_OK) {
         st_log_error("could not load the token file", "%s", eb.msg);
         st_service_close(&svc);

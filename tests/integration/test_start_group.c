@@ -4,13 +4,14 @@
  * real API, executor and PostgreSQL. One lane: a test transaction locks the outbox so
  * that a first start holds the lane; the starts sent meanwhile queue and run as one
  * group once the lock goes. Each start must answer as it would alone:
- *   - valid starts 201 with their own instance, which runs to its end;
+ *   - valid starts 201 with their own instance, which runs to its end (a start and
+ *     wait in the group answers once it has run);
  *   - an unknown definition or version 404, a bad body 400, a repeated request_id the
  *     first's instance (200) - and none of them fails the others;
  *   - a start whose insert fails (a test trigger raises) fails alone: the group rolls
  *     back and each start runs again alone;
- *   - a COMMIT the server refuses (a deferred test trigger raises) rolled back: each
- *     start runs again alone;
+ *   - a COMMIT the server refuses (a deferred test trigger raises) rolled back, and so
+ *     did a group whose session died before its COMMIT: each start runs again alone;
  *   - a COMMIT that gets no answer (the session dies in it) may have committed: every
  *     start of the group answers the error and none runs again, so nothing is started
  *     twice.
@@ -30,8 +31,9 @@ static char def_name[48];   /* group_<tag>: each run (release, sanitizers) impor
 
 typedef struct {
     char body[512];
+    const char *path;   /* NULL: /v1/instances */
     long status;
-    char id[40];
+    char id[40], state[16];   /* the answer's instance id and status */
     pthread_t thread;
 } start_t;
 
@@ -39,9 +41,11 @@ static void *start_main(void *arg)
 {
     start_t *s = arg;
     json_t *out = NULL;
-    s->status = it_req(IT_API, NULL, "POST", "/v1/instances", s->body, &out);
+    s->status = it_req(IT_API, NULL, "POST", s->path ? s->path : "/v1/instances", s->body, &out);
     const char *id = json_string_value(json_object_get(out, "id"));
+    const char *state = json_string_value(json_object_get(out, "status"));
     snprintf(s->id, sizeof s->id, "%s", id ? id : "");
+    snprintf(s->state, sizeof s->state, "%s", state ? state : "");
     json_decref(out);
     return NULL;
 }
@@ -122,6 +126,7 @@ static void test_group_answers_each_start(void)
     memset(s, 0, sizeof s);
     for (int i = 0; i < 8; i++)
         body_for(&s[i], def_name, ref, NULL, i + 1);
+    s[0].path = "/v1/instances?wait_ms=20000";   /* start and wait, inside the group */
     body_for(&s[8], "no_such_definition", ref, NULL, 9);
     snprintf(s[9].body, sizeof s[9].body, "{\"definition\":42}");
     body_for(&s[10], def_name, ref, rid, 10);
@@ -137,6 +142,8 @@ static void test_group_answers_each_start(void)
     snprintf(first_ref, sizeof first_ref, "first-%s", tag);
     run_queued(s, 14, first_ref);
 
+    CU_ASSERT_STRING_EQUAL(s[0].state, "completed");   /* answered once it ran */
+    CU_ASSERT_STRING_EQUAL(s[1].state, "pending");
     for (int i = 0; i < 8; i++) {
         CU_ASSERT_EQUAL(s[i].status, 201);
         for (int j = 0; j < i; j++)
@@ -186,16 +193,18 @@ static int bad_row_trigger(const char *ref, const char *action, int at_commit)
                                    " FOR EACH ROW EXECUTE FUNCTION public.t_bad_row()");
 }
 
-/* Five good starts and one whose insert fails (`at_commit`: whose COMMIT the server
- * refuses) queued as one group: the group rolls back and each start runs alone, so
- * the five run to their end and only the bad one answers 500. */
-static void one_bad_start_fails_alone(const char *name, int at_commit)
+/* Five good starts and one bad one queued as one group; the bad one's row runs
+ * `action` at its insert, or (`at_commit`) at the COMMIT. The group rolls back and
+ * each start runs alone, so the five run to their end and only the bad one fails, with
+ * `bad_status`. */
+static void one_bad_start_fails_alone(const char *name, const char *action, int at_commit,
+                                      long bad_status)
 {
     char ref[64], bad[64], first_ref[64];
     snprintf(ref, sizeof ref, "%s-%s", name, tag);
     snprintf(bad, sizeof bad, "%s-bad-%s", name, tag);
     snprintf(first_ref, sizeof first_ref, "%s-first-%s", name, tag);
-    CU_ASSERT_TRUE_FATAL(bad_row_trigger(bad, "RAISE EXCEPTION 'bad start'", at_commit));
+    CU_ASSERT_TRUE_FATAL(bad_row_trigger(bad, action, at_commit));
     double alone0 = metric(RUN_ALONE);
     start_t s[6];
     memset(s, 0, sizeof s);
@@ -207,7 +216,7 @@ static void one_bad_start_fails_alone(const char *name, int at_commit)
 
     for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(s[i].status, 201);
-    CU_ASSERT_EQUAL(s[5].status, 500);
+    CU_ASSERT_EQUAL(s[5].status, bad_status);
     CU_ASSERT_EQUAL(count_for(ref), 5);
     CU_ASSERT_EQUAL(count_for(bad), 0);
     CU_ASSERT_TRUE(metric(RUN_ALONE) > alone0);
@@ -220,12 +229,20 @@ static void one_bad_start_fails_alone(const char *name, int at_commit)
 
 static void test_failed_statement_runs_each_alone(void)
 {
-    one_bad_start_fails_alone("insert", 0);
+    one_bad_start_fails_alone("insert", "RAISE EXCEPTION 'bad start'", 0, 500);
 }
 
 static void test_refused_commit_runs_each_alone(void)
 {
-    one_bad_start_fails_alone("commit", 1);
+    one_bad_start_fails_alone("commit", "RAISE EXCEPTION 'bad start'", 1, 500);
+}
+
+/* The group's session dies before its COMMIT (PostgreSQL restarted, a pooler dropped
+ * it): nothing was committed, so each start runs alone on a new session. */
+static void test_session_lost_in_group_runs_each_alone(void)
+{
+    one_bad_start_fails_alone("session", "PERFORM pg_terminate_backend(pg_backend_pid())", 0,
+                              503);
 }
 
 static void test_unanswered_commit_runs_none_again(void)
@@ -236,7 +253,7 @@ static void test_unanswered_commit_runs_none_again(void)
     snprintf(rid, sizeof rid, "lost-rid-%s", tag);
     /* the session dies in its COMMIT: the API cannot know whether it committed */
     CU_ASSERT_TRUE_FATAL(bad_row_trigger(bad, "PERFORM pg_terminate_backend(pg_backend_pid())", 1));
-    double unknown0 = metric(UNKNOWN);
+    double unknown0 = metric(UNKNOWN), committed0 = metric(COMMITTED);
     start_t s[7];
     memset(s, 0, sizeof s);
     for (int i = 0; i < 4; i++)
@@ -255,8 +272,8 @@ static void test_unanswered_commit_runs_none_again(void)
         CU_ASSERT_EQUAL(s[i].status, 503);
     CU_ASSERT_EQUAL(count_for(ref), 0);
     CU_ASSERT_EQUAL(count_for(bad), 0);
-    CU_ASSERT_TRUE(metric(UNKNOWN) >
-                   unknown0);
+    CU_ASSERT_TRUE(metric(UNKNOWN) > unknown0);
+    CU_ASSERT_EQUAL(metric(COMMITTED), committed0);   /* a lost COMMIT is not counted */
     /* the worker connects again for the next start */
     start_t after;
     memset(&after, 0, sizeof after);
@@ -288,6 +305,8 @@ int main(void)
          test_failed_statement_runs_each_alone},
         {"a group whose COMMIT the server refuses runs each start alone",
          test_refused_commit_runs_each_alone},
+        {"a group whose session dies before its COMMIT runs each start alone",
+         test_session_lost_in_group_runs_each_alone},
         {"a group whose COMMIT gets no answer answers the error and starts nothing twice",
          test_unanswered_commit_runs_none_again},
         {"stop", test_teardown},

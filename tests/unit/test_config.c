@@ -16,7 +16,9 @@ static void clear_env(void)
                           "STRAND_REDIS_URL", "STRAND_TOPIC_PREFIX", "STRAND_MAX_ATTEMPTS",
                           "STRAND_KAFKA_BROKERS", "STRAND_RECOVERY_INTERVAL_S",
                           "STRAND_RECOVERY_BATCH", "STRAND_RECOVERY_GRACE_S",
-                          "STRAND_WAKE_NOTIFY", "STRAND_WAIT_RECHECK_MS"};
+                          "STRAND_WAKE_NOTIFY", "STRAND_WAIT_RECHECK_MS",
+                          "STRAND_API_WORKERS", "STRAND_API_START_GROUP_MAX",
+                          "STRAND_API_START_LANES", "STRAND_API_REQUEST_TIMEOUT_MS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -40,6 +42,10 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(cfg.kafka_lag_interval_ms, 5000);
     CU_ASSERT_STRING_EQUAL(cfg.wake_notify, "fallback");
     CU_ASSERT_EQUAL(cfg.wait_recheck_ms, 250);
+    CU_ASSERT_EQUAL(cfg.api_workers, 8);
+    CU_ASSERT_EQUAL(cfg.api_start_group_max, 32);
+    CU_ASSERT_EQUAL(cfg.api_start_lanes, 2);
+    CU_ASSERT_EQUAL(cfg.api_request_timeout_ms, 10000);
     char topic[64];
     CU_ASSERT_STRING_EQUAL(st_config_topic(&cfg, "signals", topic, sizeof topic),
                            "strand.signals");
@@ -101,6 +107,22 @@ static void test_rejects_bad_values(void)
     setenv("STRAND_WAIT_RECHECK_MS", "5", 1);
     CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
     CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, "STRAND_WAIT_RECHECK_MS"));
+    /* The API's command pool (docs/configuration.md): a group holds at most 64 starts. */
+    const char *const api_bad[][2] = {{"STRAND_API_WORKERS", "0"},
+                                      {"STRAND_API_START_GROUP_MAX", "65"},
+                                      {"STRAND_API_START_GROUP_MAX", "0"},
+                                      {"STRAND_API_START_LANES", "two"},
+                                      {"STRAND_API_REQUEST_TIMEOUT_MS", "99"}};
+    for (size_t i = 0; i < sizeof api_bad / sizeof api_bad[0]; i++) {
+        clear_env();
+        setenv(api_bad[i][0], api_bad[i][1], 1);
+        CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_ERR_CONFIG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(eb.msg, api_bad[i][0]));
+    }
+    clear_env();
+    setenv("STRAND_API_START_GROUP_MAX", "1", 1);
+    CU_ASSERT_EQUAL(st_config_load(&cfg, "api", 8080, &eb), ST_OK);
+    CU_ASSERT_EQUAL(cfg.api_start_group_max, 1);
     clear_env();
 }
 

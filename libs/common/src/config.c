@@ -142,6 +142,10 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     STR("STRAND_LOG_LEVEL", "info", log_level);
     INT("STRAND_EXECUTOR_CONCURRENCY", 4, 1, 256, executor_concurrency);
     INT("STRAND_EXECUTOR_GROUP_MAX", 16, 1, 256, executor_group_max);
+    INT("STRAND_API_WORKERS", 8, 1, 64, api_workers);
+    INT("STRAND_API_START_GROUP_MAX", 32, 1, 64, api_start_group_max);   /* ST_CMD_GROUP_MAX */
+    INT("STRAND_API_START_LANES", 2, 1, 64, api_start_lanes);
+    INT("STRAND_API_REQUEST_TIMEOUT_MS", 10000, 100, 600000, api_request_timeout_ms);
     INT("STRAND_EXECUTOR_COMMIT_INTERVAL_MS", 200, 0, 60000, executor_commit_interval_ms);
     INT("STRAND_EXECUTOR_CALL_CONCURRENCY", 32, 1, 1024, executor_call_concurrency);
     INT("STRAND_EXECUTOR_CALL_LEASE_MS", 5000, 1000, 600000, executor_call_lease_ms);

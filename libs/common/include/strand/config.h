@@ -38,6 +38,10 @@ typedef struct {
     char log_level[16];        /* STRAND_LOG_LEVEL */
     int executor_concurrency; /* STRAND_EXECUTOR_CONCURRENCY: executor worker threads */
     int executor_group_max;    /* STRAND_EXECUTOR_GROUP_MAX: queued wake-ups per commit */
+    int api_workers;           /* STRAND_API_WORKERS: the API's command worker threads */
+    int api_start_group_max;   /* STRAND_API_START_GROUP_MAX: queued starts per commit */
+    int api_start_lanes;       /* STRAND_API_START_LANES: start transactions at once */
+    int api_request_timeout_ms; /* STRAND_API_REQUEST_TIMEOUT_MS: a request's statements */
     int executor_commit_interval_ms; /* STRAND_EXECUTOR_COMMIT_INTERVAL_MS: offset commits */
     int executor_call_concurrency; /* STRAND_EXECUTOR_CALL_CONCURRENCY: calls in flight */
     int executor_call_lease_ms; /* STRAND_EXECUTOR_CALL_LEASE_MS: a sent call's claim */
