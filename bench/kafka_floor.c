@@ -12,7 +12,7 @@
  * The topic (default strand-floor, 8 partitions) is created if missing and left in
  * place. bench/floor.sh runs it; docs/benchmarks.md ("The floor") records its numbers.
  */
-#include <inttypes.h>
+#include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -121,14 +121,15 @@ static void ensure_topic(rd_kafka_t *rk, const char *topic, int partitions)
 typedef struct {
     rd_kafka_t *rk;
     long want, got;          /* got: written by the consumer thread only */
-    volatile int stop;
-    double last_at;
+    int stop;                /* set by main (atomic) */
+    double last_at;          /* read by main after the join */
 } consumer_t;
 
 static void *consume_main(void *arg)
 {
     consumer_t *c = arg;
-    while (!c->stop && __atomic_load_n(&c->got, __ATOMIC_RELAXED) < c->want) {
+    while (!__atomic_load_n(&c->stop, __ATOMIC_RELAXED) &&
+           __atomic_load_n(&c->got, __ATOMIC_RELAXED) < c->want) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 100);
         if (m == NULL)
             continue;
@@ -148,28 +149,40 @@ static void usage(void)
     exit(2);
 }
 
+/* The number in `text`, or usage() when it is not one whole number (or decimal). */
+static double number_arg(const char *flag, const char *text)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0') {
+        fprintf(stderr, "kafka-floor: %s wants a number, not '%s'\n", flag, text);
+        usage();
+    }
+    return v;
+}
+
 static floor_args_t parse_args(int argc, char **argv)
 {
     floor_args_t a = {NULL, "strand-floor", 0, 8, 10000, 1000.0};
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    for (int i = 1; i < argc; i += 2) {
+        const char *flag = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL)
             usage();
-        if (strcmp(argv[i], "--brokers") == 0)
+        if (strcmp(flag, "--brokers") == 0)
             a.brokers = v;
-        else if (strcmp(argv[i], "--broker-pid") == 0)
-            a.broker_pid = strtol(v, NULL, 10);
-        else if (strcmp(argv[i], "--rate") == 0)
-            a.rate = strtod(v, NULL);
-        else if (strcmp(argv[i], "--n") == 0)
-            a.n = strtol(v, NULL, 10);
-        else if (strcmp(argv[i], "--topic") == 0)
+        else if (strcmp(flag, "--topic") == 0)
             a.topic = v;
-        else if (strcmp(argv[i], "--partitions") == 0)
-            a.partitions = (int)strtol(v, NULL, 10);
+        else if (strcmp(flag, "--broker-pid") == 0)
+            a.broker_pid = (long)number_arg(flag, v);
+        else if (strcmp(flag, "--rate") == 0)
+            a.rate = number_arg(flag, v);
+        else if (strcmp(flag, "--n") == 0)
+            a.n = (long)number_arg(flag, v);
+        else if (strcmp(flag, "--partitions") == 0)
+            a.partitions = (int)number_arg(flag, v);
         else
             usage();
-        i++;
     }
     if (a.brokers == NULL || a.broker_pid <= 0 || a.rate <= 0 || a.n <= 0 || a.partitions <= 0)
         usage();
@@ -245,7 +258,7 @@ int main(int argc, char **argv)
     for (double until = now_s() + 30; __atomic_load_n(&c.got, __ATOMIC_RELAXED) < a.n &&
                                       now_s() < until;)
         usleep(10000);
-    c.stop = 1;
+    __atomic_store_n(&c.stop, 1, __ATOMIC_RELAXED);
     pthread_join(thread, NULL);
     double end = c.last_at > start ? c.last_at : now_s();
     double broker = process_cpu_s(a.broker_pid) - broker0, self = self_cpu_s() - self0;
