@@ -136,29 +136,13 @@ sb() { # strand-bench args...; appends its JSON lines (client concurrency SB_C, 
 # and the Strand services from /proc/<pid>/stat (a process's own time plus that of its
 # children it reaped, so PostgreSQL backends that exit are counted too).
 hz=$(getconf CLK_TCK)
-machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-# time the hypervisor gave this VM's CPUs to others (host contention slows everything)
-steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
-proc_ticks() { # pid... -> utime + stime + cutime + cstime, summed
-  local t=0 p v
-  for p in "$@"; do
-    v=$(sed -E 's/^.*\) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13 + $14 + $15}')
-    t=$((t + ${v:-0}))
-  done
-  echo $t
-}
-pg_ticks() {
-  local pm
-  pm=$(head -n1 "$stack_dir/postgres/postmaster.pid" 2>/dev/null)
-  if [ -n "$pm" ]; then proc_ticks "$pm" $(pgrep -P "$pm"); else echo 0; fi
-}
-kafka_ticks() { proc_ticks $(cat "$stack_dir/kafka.pid" 2>/dev/null); }
+. "$repo/bench/cpu_ticks.sh"
 strand_ticks() { proc_ticks "${pid[@]}"; }
-cpu_begin() { c_m=$(machine_ticks) c_st=$(steal_ticks) c_pg=$(pg_ticks) c_k=$(kafka_ticks) c_s=$(strand_ticks) c_t=$(date +%s.%N); }
+cpu_begin() { c_m=$(machine_ticks) c_st=$(steal_ticks) c_pg=$(pg_ticks "$stack_dir") c_k=$(kafka_ticks "$stack_dir") c_s=$(strand_ticks) c_t=$(date +%s.%N); }
 cpu_end() { # engine: appends the round's CPU seconds
   python3 -c 'import json, sys, time; hz = float(sys.argv[2]); wall = time.time() - float(sys.argv[3]); v = [int(x) / hz for x in sys.argv[4:]]; print(json.dumps({"cpu_round": sys.argv[1], "wall_s": wall, "machine_s": v[0], "postgres_s": v[1], "kafka_s": v[2], "strand_s": v[3], "steal_s": v[4]}))' \
-    "$1" "$hz" "$c_t" $(($(machine_ticks) - c_m)) $(($(pg_ticks) - c_pg)) \
-    $(($(kafka_ticks) - c_k)) $(($(strand_ticks) - c_s)) $(($(steal_ticks) - c_st)) >>"$results"
+    "$1" "$hz" "$c_t" $(($(machine_ticks) - c_m)) $(($(pg_ticks "$stack_dir") - c_pg)) \
+    $(($(kafka_ticks "$stack_dir") - c_k)) $(($(strand_ticks) - c_s)) $(($(steal_ticks) - c_st)) >>"$results"
 }
 
 t_start=$(date -u +%FT%TZ)

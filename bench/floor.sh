@@ -15,8 +15,6 @@
 #
 #   bench/floor.sh [BUILD_DIR]        (default build/; release)
 #
-# PostgreSQL's CPU is that of every postgres process on the machine: run it while no other
-# PostgreSQL is busy.
 # Environment: STRAND_FLOOR_N (10000 instances or messages per measurement),
 # STRAND_FLOOR_RATE (1500), STRAND_BENCH_PORT_BASE (28180: strand-api's port while it
 # migrates); the stack of scripts/stack.sh (started if not running).
@@ -26,6 +24,10 @@ cd "$repo"
 BUILD=$(cd "${1:-build}" && pwd)
 N=${STRAND_FLOOR_N:-10000} RATE=${STRAND_FLOOR_RATE:-1500} PB=${STRAND_BENCH_PORT_BASE:-28180}
 dir=${STRAND_STACK_DIR:-$repo/.stack}
+[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 32 ] ||
+  { echo "floor: STRAND_FLOOR_N must be a whole number of at least 32 (16 clients, 2 instances a transaction), not '$N'" >&2; exit 2; }
+[[ $RATE =~ ^[0-9]+$ ]] && [ "$RATE" -ge 2 ] ||
+  { echo "floor: STRAND_FLOOR_RATE must be a whole number of at least 2, not '$RATE'" >&2; exit 2; }
 scripts/stack.sh start >&2
 eval "$(scripts/stack.sh env)"
 pg_port=${STRAND_PG_PORT:-5432}
@@ -33,6 +35,12 @@ admin=(psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qX -v ON_ERROR_S
 floor_dsn="host=127.0.0.1 port=$pg_port user=strand dbname=strand_floor"
 hz=$(getconf CLK_TCK)
 
+api=
+cleanup() {
+  [ -z "$api" ] || kill "$api" 2>/dev/null || true
+  "${admin[@]}" -c "DROP DATABASE IF EXISTS strand_floor" 2>/dev/null || true
+}
+trap cleanup EXIT
 "${admin[@]}" -c "DROP DATABASE IF EXISTS strand_floor" -c "CREATE DATABASE strand_floor OWNER strand"
 work=$dir/floor
 mkdir -p "$work"
@@ -42,43 +50,33 @@ api=$!
 deadline=$((SECONDS + 90))
 until curl -fsS "http://127.0.0.1:$PB/readyz" >/dev/null 2>&1; do
   if [ $SECONDS -ge $deadline ] || ! kill -0 $api 2>/dev/null; then
-    kill $api 2>/dev/null || true
     echo "floor: strand-api did not migrate strand_floor (see $work/api.log)" >&2
     exit 1
   fi
   sleep 0.2
 done
 kill $api; wait $api 2>/dev/null || true
+api=
 psql "$floor_dsn" -qX -v ON_ERROR_STOP=1 -c "INSERT INTO strand.definitions (name, version, kind, source, canonical)
   SELECT 'floor_w1', 1, 'flow', d, d FROM (SELECT '{\"kind\": \"flow\", \"name\": \"floor_w1\", \"version\": 1,
   \"steps\": [{\"id\": \"a\", \"type\": \"set\", \"values\": {\"x\": \"input.i + 1\"}},
   {\"id\": \"b\", \"type\": \"set\", \"values\": {\"y\": \"state.x * 2\"}},
   {\"id\": \"c\", \"type\": \"complete\", \"output\": {\"y\": \"state.y\"}}]}'::jsonb AS d) s"
 
-# CPU ticks of every PostgreSQL process, with what the postmaster reaped of its children
-# (pgbench's backends end before the second reading).
-pg_ticks() {
-  local pid total=0 t
-  for pid in $(pgrep -x postgres); do
-    t=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $12 + $13 + $14 + $15}') || continue
-    total=$((total + ${t:-0}))
-  done
-  echo $total
-}
-machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+. "$repo/bench/cpu_ticks.sh"
 
 # One pgbench run; $1: the label, the rest: extra pgbench options.
 pg_floor() {
   local label=$1 out p0 m0 p1 m1
   shift
   psql "$floor_dsn" -qX -c "VACUUM ANALYZE" 2>/dev/null
-  p0=$(pg_ticks) m0=$(machine_ticks)
+  p0=$(pg_ticks "$dir") m0=$(machine_ticks)
   # strand.wake_by_hint on: the executor's sessions write without the wake notification
   # (migration 0026), as in W1.
   out=$(PGOPTIONS="-c strand.wake_by_hint=on" pgbench "$floor_dsn" -n -M prepared -c 16 -j 2 \
           -t $((N / 2 / 16)) -f bench/floor/w1_db.sql "$@" 2>&1) ||
     { echo "$out" >&2; echo "floor: pgbench failed" >&2; exit 1; }
-  p1=$(pg_ticks) m1=$(machine_ticks)
+  p1=$(pg_ticks "$dir") m1=$(machine_ticks)
   local tps inst
   tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
   inst=$(( N / 2 / 16 * 16 * 2 ))

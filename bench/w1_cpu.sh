@@ -34,7 +34,7 @@ for s in api executor scheduler monitor; do
   port=$((port + 1))
 done
 export STRAND_API_URL=http://127.0.0.1:$PB
-machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+. "$repo/bench/cpu_ticks.sh"
 echo "w1_cpu: $(git describe --always --dirty), load $(cut -d' ' -f1-3 /proc/loadavg), warm-up $WARM, $ROUNDS rounds of $N, concurrency $C" >&2
 "$BUILD/bench/strand-bench" --json --workload w1 --n "$WARM" --concurrency "$C" --label warmup --timeout 600 >/dev/null
 hz=$(getconf CLK_TCK)
