@@ -5,6 +5,11 @@
  * signalled by a condition variable) and `done` (workers -> loop thread, signalled by
  * one byte on a pipe whose read end is an event on the loop). A job owns its deferred
  * request until the loop thread answers it; workers never touch the request.
+ *
+ * A worker is woken only for a job it can run now: a start queued while every group
+ * lane is busy wakes nobody, because the worker that frees a lane goes straight on to
+ * take the queued starts (woken in vain, each idle worker would cost two context
+ * switches; test_start_group counts them).
  */
 #define _GNU_SOURCE
 #include "command_pool.h"
@@ -177,6 +182,7 @@ static st_job_t *take_runnable(st_command_pool_t *pool)
 static void *worker_main(void *arg)
 {
     st_command_pool_t *pool = arg;
+    pthread_setname_np(pthread_self(), ST_COMMAND_WORKER_THREAD);   /* top -H, /proc */
     PGconn *conn = NULL;   /* this worker's own connection */
     pthread_mutex_lock(&pool->mu);
     for (;;) {
@@ -194,10 +200,10 @@ static void *worker_main(void *arg)
             job_run(job, &conn, pool->dsn);
 
         pthread_mutex_lock(&pool->mu);
-        if (job->groupable) {
+        /* The lane this group frees is taken by this worker itself at the top of the
+         * loop, with the starts queued behind it: nobody else needs waking. */
+        if (job->groupable)
             pool->groups_running--;
-            pthread_cond_broadcast(&pool->work);   /* a lane is free */
-        }
         int was_empty = pool->done.head == NULL;
         for (st_job_t *j = job, *next; j != NULL; j = next) {
             next = j->next;
@@ -288,7 +294,11 @@ void st_command_pool_submit(st_command_pool_t *pool, st_http_req_t *req, st_cmd_
     pthread_mutex_lock(&pool->mu);
     job->groupable = cmd != NULL && cmd == pool->group_cmd;
     list_push(&pool->queued, job);
-    pthread_cond_signal(&pool->work);
+    /* A start that finds every lane busy waits for the worker that frees one (it takes
+     * the queued starts as its next group); waking an idle worker for it would only
+     * cost two context switches. */
+    if (!job->groupable || pool->groups_running < pool->group_lanes)
+        pthread_cond_signal(&pool->work);
     pthread_mutex_unlock(&pool->mu);
 }
 

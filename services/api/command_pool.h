@@ -17,6 +17,9 @@
 
 typedef struct st_command_pool st_command_pool_t;
 
+/* The name of every worker thread (top -H, /proc/<pid>/task/<tid>/comm). */
+#define ST_COMMAND_WORKER_THREAD "strand-cmd"
+
 /* An RPC-shaped command: like st_cmd_fn with the {name} path parameter as well. */
 typedef void (*st_named_cmd_fn)(PGconn *conn, const st_principal_t *who, const char *id,
                                 const char *name, const json_t *args, st_answer_t *out);

@@ -15,7 +15,11 @@
  *   - a COMMIT that gets no answer (the session dies in it) may have committed: every
  *     start of the group answers the error and none runs again, so nothing is started
  *     twice.
+ * And the pool wakes no idle worker for nothing: starts queued behind a busy lane, and
+ * the lane's release, wake only the worker that runs the next group (counted in the
+ * workers' voluntary context switches, /proc/<pid>/task/<tid>/status).
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include "strand/util.h"
 
 static char tag[37];
+static pid_t api_pid;
 static char def_name[48];   /* group_<tag>: each run (release, sanitizers) imports its own */
 
 typedef struct {
@@ -105,7 +110,11 @@ static void test_setup(void)
 {
     setenv("STRAND_API_START_LANES", "1", 1);
     setenv("STRAND_API_START_GROUP_MAX", "64", 1);
-    it_start_api_executor(NULL);
+    setenv("STRAND_API_WORKERS", "8", 1);   /* the default, spelled out: 7 may idle */
+    api_pid = it_start(IT_API);
+    CU_ASSERT_FATAL(api_pid > 0);
+    CU_ASSERT_FATAL(it_start(IT_EXECUTOR) > 0);
+    CU_ASSERT_FATAL(it_wait_http(IT_API, "/readyz", 200, 60));
     char doc[512];
     snprintf(doc, sizeof doc,
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
@@ -175,6 +184,113 @@ static void test_group_answers_each_start(void)
     printf("\n  groups committed %.0f, starts in them %.0f\n", groups, grouped);
     CU_ASSERT_TRUE(groups >= 1);
     CU_ASSERT_TRUE(grouped >= 2);
+}
+
+#define WORKERS_MAX 64
+
+/* The voluntary context switches (each a time the thread went to sleep) of every
+ * command worker of the API (threads named "strand-cmd"), by thread id; returns how
+ * many workers it found. */
+static int worker_switches(long tids[WORKERS_MAX], long long switches[WORKERS_MAX])
+{
+    char path[320], line[256];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)api_pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && n < WORKERS_MAX) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)api_pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        int is_worker = f && fgets(line, sizeof line, f) && strcmp(line, "strand-cmd\n") == 0;
+        if (f)
+            fclose(f);
+        if (!is_worker)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)api_pid, e->d_name);
+        f = fopen(path, "r");
+        long long v = -1;
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1)
+                break;
+        if (f)
+            fclose(f);
+        tids[n] = atol(e->d_name);
+        switches[n++] = v;
+    }
+    closedir(dir);
+    return n;
+}
+
+/* Sums what each worker of `after` slept more than in `before`; `moved` counts the
+ * workers that slept at all. */
+static long long slept_since(const long *tids0, const long long *sw0, int n0, const long *tids1,
+                             const long long *sw1, int n1, int *moved)
+{
+    long long sum = 0;
+    *moved = 0;
+    for (int i = 0; i < n1; i++)
+        for (int j = 0; j < n0; j++)
+            if (tids1[i] == tids0[j] && sw1[i] > sw0[j]) {
+                sum += sw1[i] - sw0[j];
+                (*moved)++;
+            }
+    return sum;
+}
+
+static void test_idle_workers_stay_asleep(void)
+{
+    enum { N = 40 };
+    char ref[64], first_ref[64];
+    snprintf(ref, sizeof ref, "asleep-%s", tag);
+    snprintf(first_ref, sizeof first_ref, "asleep-first-%s", tag);
+    start_t *s = calloc(N, sizeof *s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    for (int i = 0; i < N; i++)
+        body_for(&s[i], def_name, ref, NULL, i);
+    long tids0[WORKERS_MAX], tids1[WORKERS_MAX], tids2[WORKERS_MAX];
+    long long sw0[WORKERS_MAX], sw1[WORKERS_MAX], sw2[WORKERS_MAX];
+
+    /* a first start takes the only lane and waits on the outbox lock */
+    PGconn *holder = it_pg_begin();
+    PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
+    start_t first;
+    memset(&first, 0, sizeof first);
+    body_for(&first, def_name, first_ref, NULL, 0);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&first.thread, NULL, start_main, &first), 0);
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                   " AND relation = 'strand.outbox'::regclass", 1, 20), 1);
+    usleep(200 * 1000);   /* the worker that took it is asleep in its poll */
+    int n0 = worker_switches(tids0, sw0);
+    CU_ASSERT_EQUAL(n0, 8);
+
+    /* N starts queue behind the busy lane: no worker can run them, none is woken */
+    for (int i = 0; i < N; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&s[i].thread, NULL, start_main, &s[i]), 0);
+    sleep(2);
+    int n1 = worker_switches(tids1, sw1), moved1;
+    long long queued_wakes = slept_since(tids0, sw0, n0, tids1, sw1, n1, &moved1);
+    printf("\n  while %d starts queued: the workers slept %lld more times (%d workers)", N,
+           queued_wakes, moved1);
+    CU_ASSERT_TRUE(queued_wakes < N / 4);
+
+    /* the lane frees: the worker that held it runs the queued starts as its next group */
+    it_pg_commit(holder);
+    pthread_join(first.thread, NULL);
+    CU_ASSERT_EQUAL(first.status, 201);
+    for (int i = 0; i < N; i++) {
+        pthread_join(s[i].thread, NULL);
+        CU_ASSERT_EQUAL(s[i].status, 201);
+    }
+    int n2 = worker_switches(tids2, sw2), moved2;
+    long long run_wakes = slept_since(tids1, sw1, n1, tids2, sw2, n2, &moved2);
+    printf("; after the lane freed: %lld more times, in %d workers\n", run_wakes, moved2);
+    CU_ASSERT_TRUE(moved2 <= 2);
+    CU_ASSERT_EQUAL(count_for(ref), N);
+    free(s);
 }
 
 /* A trigger on strand.instances that runs `action` for the rows of business_ref `ref`:
@@ -289,6 +405,7 @@ static void test_teardown(void)
     CU_ASSERT_TRUE(it_stop_all());
     unsetenv("STRAND_API_START_LANES");
     unsetenv("STRAND_API_START_GROUP_MAX");
+    unsetenv("STRAND_API_WORKERS");
 }
 
 int main(void)
@@ -309,6 +426,8 @@ int main(void)
          test_session_lost_in_group_runs_each_alone},
         {"a group whose COMMIT gets no answer answers the error and starts nothing twice",
          test_unanswered_commit_runs_none_again},
+        {"starts queued behind a busy lane, and its release, wake no idle worker",
+         test_idle_workers_stay_asleep},
         {"stop", test_teardown},
     };
     return it_run_suite("start_group", cases, (int)(sizeof cases / sizeof cases[0]));
