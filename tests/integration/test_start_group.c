@@ -74,27 +74,49 @@ static long long count_for(const char *ref)
     return it_sql_number(sql);
 }
 
+/* Locks the outbox and sends a first start (`first`, business_ref `first_ref`), which
+ * takes the only lane and waits on the lock; returns the lock's connection. */
+static PGconn *hold_lane(start_t *first, const char *first_ref)
+{
+    PGconn *holder = it_pg_begin();
+    PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
+    memset(first, 0, sizeof *first);
+    body_for(first, def_name, first_ref, NULL, 0);
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&first->thread, NULL, start_main, first), 0);
+    /* the first start waits on the lock: the lane is taken */
+    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                   " AND relation = 'strand.outbox'::regclass", 1, 20), 1);
+    return holder;
+}
+
+/* Sends `n` starts, each on a thread of its own, and gives them time to reach the API's
+ * queue (the callers' metrics and counts check that they did). */
+static void send_starts(start_t *starts, int n)
+{
+    for (int i = 0; i < n; i++)
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&starts[i].thread, NULL, start_main, &starts[i]), 0);
+    sleep(2);
+}
+
+/* Lets the lane go (commits `holder`) and waits for the answers of `first` and of the
+ * `n` starts. */
+static void release_lane(PGconn *holder, start_t *first, start_t *starts, int n)
+{
+    it_pg_commit(holder);
+    pthread_join(first->thread, NULL);
+    CU_ASSERT_EQUAL(first->status, 201);
+    for (int i = 0; i < n; i++)
+        pthread_join(starts[i].thread, NULL);
+}
+
 /* Holds the outbox locked while a first start takes the only lane, sends `n` starts
  * meanwhile (they queue behind it), then lets everything go and waits for the answers. */
 static void run_queued(start_t *starts, int n, const char *first_ref)
 {
-    PGconn *holder = it_pg_begin();
-    PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
     start_t first;
-    memset(&first, 0, sizeof first);
-    body_for(&first, def_name, first_ref, NULL, 0);
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&first.thread, NULL, start_main, &first), 0);
-    /* the first start waits on the lock: the lane is taken */
-    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
-                                   " AND relation = 'strand.outbox'::regclass", 1, 20), 1);
-    for (int i = 0; i < n; i++)
-        CU_ASSERT_EQUAL_FATAL(pthread_create(&starts[i].thread, NULL, start_main, &starts[i]), 0);
-    sleep(2);   /* lets every request reach the API's queue; the groups' metrics below check it */
-    it_pg_commit(holder);
-    pthread_join(first.thread, NULL);
-    CU_ASSERT_EQUAL(first.status, 201);
-    for (int i = 0; i < n; i++)
-        pthread_join(starts[i].thread, NULL);
+    PGconn *holder = hold_lane(&first, first_ref);
+    send_starts(starts, n);
+    release_lane(holder, &first, starts, n);
 }
 
 #define COMMITTED "strand_api_command_groups_total{command=\"start\",outcome=\"committed\"}"
@@ -255,22 +277,14 @@ static void test_idle_workers_stay_asleep(void)
     long long sw0[WORKERS_MAX], sw1[WORKERS_MAX], sw2[WORKERS_MAX];
 
     /* a first start takes the only lane and waits on the outbox lock */
-    PGconn *holder = it_pg_begin();
-    PQclear(PQexec(holder, "LOCK TABLE strand.outbox IN SHARE ROW EXCLUSIVE MODE"));
     start_t first;
-    memset(&first, 0, sizeof first);
-    body_for(&first, def_name, first_ref, NULL, 0);
-    CU_ASSERT_EQUAL_FATAL(pthread_create(&first.thread, NULL, start_main, &first), 0);
-    CU_ASSERT_EQUAL(it_wait_number("SELECT count(*) FROM pg_locks WHERE NOT granted"
-                                   " AND relation = 'strand.outbox'::regclass", 1, 20), 1);
+    PGconn *holder = hold_lane(&first, first_ref);
     usleep(200 * 1000);   /* the worker that took it is asleep in its poll */
     int n0 = worker_switches(tids0, sw0);
     CU_ASSERT_EQUAL(n0, 8);
 
     /* N starts queue behind the busy lane: no worker can run them, none is woken */
-    for (int i = 0; i < N; i++)
-        CU_ASSERT_EQUAL_FATAL(pthread_create(&s[i].thread, NULL, start_main, &s[i]), 0);
-    sleep(2);
+    send_starts(s, N);
     int n1 = worker_switches(tids1, sw1), moved1;
     long long queued_wakes = slept_since(tids0, sw0, n0, tids1, sw1, n1, &moved1);
     printf("\n  while %d starts queued: the workers slept %lld more times (%d workers)", N,
@@ -278,13 +292,9 @@ static void test_idle_workers_stay_asleep(void)
     CU_ASSERT_TRUE(queued_wakes < N / 4);
 
     /* the lane frees: the worker that held it runs the queued starts as its next group */
-    it_pg_commit(holder);
-    pthread_join(first.thread, NULL);
-    CU_ASSERT_EQUAL(first.status, 201);
-    for (int i = 0; i < N; i++) {
-        pthread_join(s[i].thread, NULL);
+    release_lane(holder, &first, s, N);
+    for (int i = 0; i < N; i++)
         CU_ASSERT_EQUAL(s[i].status, 201);
-    }
     int n2 = worker_switches(tids2, sw2), moved2;
     long long run_wakes = slept_since(tids1, sw1, n1, tids2, sw2, n2, &moved2);
     printf("; after the lane freed: %lld more times, in %d workers\n", run_wakes, moved2);
