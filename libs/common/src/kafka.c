@@ -470,28 +470,8 @@ void st_kafka_consumer_free(rd_kafka_t *rk)
         if (msg != NULL)
             rd_kafka_message_destroy(msg);
     }
-    /* Close, for a bounded time: the close leaves the group and may wait on a broker
-     * connection that never answers (one stuck in its handshake waits out
-     * socket.connection.setup.timeout.ms, 30 s). Past ST_KAFKA_CLOSE_MS the handle is
-     * destroyed without it; the group moves the partitions after the session timeout. */
-    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_error_t *error = rd_kafka_consumer_close_queue(rk, q);
-    int closed = 0;
-    if (error != NULL) {
-        rd_kafka_error_destroy(error);
-    } else {
-        for (int waited = 0; !(closed = rd_kafka_consumer_closed(rk)) && waited < ST_KAFKA_CLOSE_MS;
-             waited += 100)
-            rd_kafka_queue_poll_callback(q, 100);   /* a rebalance runs its callback, as in a close */
-    }
-    rd_kafka_queue_destroy(q);
-    if (closed) {
-        rd_kafka_destroy(rk);
-        return;
-    }
-    st_log_warn("the Kafka consumer did not close in time; destroyed without leaving its group",
-                "waited %d ms", ST_KAFKA_CLOSE_MS);
-    rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
 }
 
 int st_kafka_rebalance_protocol_eager(rd_kafka_t *rk)

@@ -462,14 +462,7 @@ static int relay_drain_once(st_relay_t *r)
             status[i]->err = perr;
         }
     }
-    /* Wait for the deliveries (up to 30 s), but not past a stop: a topic without
-     * partitions (deleted, not yet created again) holds messages until metadata
-     * returns, and the stop would wait as long. Rows not delivered stay unpublished
-     * for the next leader. */
-    for (int waited = 0; waited < 30000 && rd_kafka_outq_len(r->producer) > 0 &&
-                         !relay_stopping(r);
-         waited += 100)
-        rd_kafka_flush(r->producer, 100);
+    rd_kafka_flush(r->producer, 30000);
     /* In id order: delivered rows are marked, rows refused for good set aside, up to
      * the first row that may yet go. Rows after it stay unpublished even if they were
      * delivered: sending them again after the failed one keeps each key in commit

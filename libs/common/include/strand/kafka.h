@@ -109,12 +109,7 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
                                const char *const *topics, const st_kafka_consumer_opts_t *opts,
                                rd_kafka_t **out, st_errbuf_t *eb);
 
-/* How long st_kafka_consumer_free() waits for the close (leaving the group). */
-#define ST_KAFKA_CLOSE_MS 5000
-
-/* Stops watching, closes (commits nothing) and destroys a consumer. NULL is a no-op.
- * A close that does not finish within ST_KAFKA_CLOSE_MS (a broker that never answers)
- * is given up, and the consumer destroyed without leaving its group. */
+/* Stops watching, closes (commits nothing) and destroys a consumer. NULL is a no-op. */
 void st_kafka_consumer_free(rd_kafka_t *rk);
 
 /* True if the group runs the eager protocol (an operator set
