@@ -12,7 +12,7 @@ packages=(
   openjdk-17-jre-headless maven
   clang libclang-rt-14-dev
   libgraphviz-dev
-  golang-go python3-venv python3-yaml
+  golang-go python3-venv python3-yaml iproute2
   nodejs npm chromium fonts-liberation
 )
 

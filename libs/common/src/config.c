@@ -178,6 +178,7 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_CONSUMER_POLL_LIMIT_MS", 30000, 1000, 3600000, consumer_poll_limit_ms);
     INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 100, 300000, kafka_lag_interval_ms);
     INT("STRAND_KAFKA_MESSAGE_MAX_BYTES", 1000000, 1000, 100000000, kafka_message_max_bytes);
+    INT("STRAND_STOP_TIMEOUT_MS", 20000, 1000, 3600000, stop_timeout_ms);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error", NULL};

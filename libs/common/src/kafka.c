@@ -69,6 +69,12 @@ static st_err_t base_conf(const st_config_t *cfg, const kafka_setting_t *tunable
         err = conf_set(conf, "client.id", client_id, eb);
     if (err == ST_OK)
         err = apply_security(cfg, conf, eb);
+    /* Every client: a connection whose handshake the broker does not answer fails after
+     * 10 s, not librdkafka's 30 s. Until it fails, the requests sent on it hold a
+     * handle's close and destroy, so a stop waited the whole 30 s that Kubernetes gives
+     * a pod (test_kafka_stop). */
+    if (err == ST_OK)
+        err = conf_set(conf, "socket.connection.setup.timeout.ms", "10000", eb);
     for (const kafka_setting_t *t = tunables; err == ST_OK && t->key != NULL; t++)
         err = conf_set(conf, t->key, t->value, eb);
     static const char prefix[] = "STRAND_KAFKA_CONF_";
@@ -145,17 +151,28 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
  * Lag comes from the broker, not from librdkafka's statistics: those are served by the
  * consumer's own poll, so the figure froze (at 0) exactly while a loop was stuck. A
  * process-wide thread asks, for every watched consumer, its assignment, the group's
- * committed offsets and each partition's high watermark. It holds watch_mu while it
- * uses a handle; st_kafka_consumer_free() takes it to unregister, so a handle is never
- * used after it is destroyed. Poll threads never take the lock (atomics only). */
+ * committed offsets and each partition's high watermark.
+ *
+ * A round for one consumer has three steps. (1) Under watch_mu, with the consumer's
+ * handle: its assignment (local) and the group's committed offsets (rd_kafka_committed,
+ * bounded by WATCH_QUERY_MS). st_kafka_consumer_free() takes watch_mu to unregister, so
+ * a handle is never used after it is destroyed, and a stop waits at most that long.
+ * (2) Without the lock: the high watermarks, asked through the lag thread's own client
+ * (lag_client). librdkafka 2.0.2's rd_kafka_query_watermark_offsets() ignores its
+ * timeout and waits as long as the partition's broker does not answer; it held the
+ * lock once, and a stop with it (test_kafka_stop). Now only the lag figures wait.
+ * (3) Under watch_mu again, if the consumer is still registered (same slot
+ * generation): the gauges. Poll threads never take the lock (atomics only). */
 #define WATCH_MAX 16
-/* Each broker query waits at most this long, and a round for one consumer stops at the
- * first failure (broker down): st_kafka_consumer_free() waits for the round. */
+/* The committed-offsets query waits at most this long, and a round for one consumer
+ * stops at its first failure (coordinator or broker down). */
 #define WATCH_QUERY_MS 1000
 static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static st_kafka_watch_t *watched[WATCH_MAX];
+static unsigned watch_gen[WATCH_MAX];   /* bumped when a slot is taken or freed */
 static int watch_interval_ms = 5000;
 static int watch_thread_started;
+static rd_kafka_t *lag_client;   /* the lag thread's own handle, kept until exit */
 
 static long long mono_ms(void)
 {
@@ -255,34 +272,50 @@ static void partition_gauges(const char *group, const char *topic, int32_t parti
                                        "to this consumer (-1: none yet)", labels), committed);
 }
 
-/* One round for one consumer: the caller holds watch_mu. */
-static void watch_measure(st_kafka_watch_t *w)
+/* Step 1, under watch_mu: the poll age, and the assignment with the group's committed
+ * offsets. Returns the list (the caller's), or NULL to skip the round. */
+static rd_kafka_topic_partition_list_t *watch_committed(st_kafka_watch_t *w)
 {
     long long age = mono_ms() - __atomic_load_n(&w->last_poll_ms, __ATOMIC_ACQUIRE);
     st_metric_set(w->m_poll_age, (double)age / 1000.0);
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(w->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || parts == NULL)
-        return;
+        return NULL;
     if (parts->cnt > 0 &&
         rd_kafka_committed(w->rk, parts, WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_topic_partition_list_destroy(parts);
-        return;   /* coordinator unreachable: keep the last figures */
+        return NULL;   /* coordinator unreachable: keep the last figures */
     }
+    return parts;
+}
+
+/* Step 2, without the lock: each partition's high watermark into `high` (low into
+ * `low`), through lag_client. Returns 0 at the first failure (broker unreachable). */
+static int watch_watermarks(const rd_kafka_topic_partition_list_t *parts, int64_t *low,
+                            int64_t *high)
+{
+    rd_kafka_poll(lag_client, 0);   /* its error events, if any, do not pile up */
+    for (int i = 0; i < parts->cnt; i++)
+        if (rd_kafka_query_watermark_offsets(lag_client, parts->elems[i].topic,
+                                             parts->elems[i].partition, &low[i], &high[i],
+                                             WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+    return 1;
+}
+
+/* Step 3, under watch_mu, `w` still registered: the gauges. */
+static void watch_report(st_kafka_watch_t *w, const rd_kafka_topic_partition_list_t *parts,
+                         const int64_t *low, const int64_t *high)
+{
     /* Per topic sums (consumers here have one or a few topics). */
     enum { MAX_TOPICS = 8 };
     const char *topics[MAX_TOPICS];
     double sums[MAX_TOPICS];
     int ntopics = 0;
     for (int i = 0; i < parts->cnt; i++) {
-        rd_kafka_topic_partition_t *p = &parts->elems[i];
-        int64_t lo = 0, hi = 0;
-        if (rd_kafka_query_watermark_offsets(w->rk, p->topic, p->partition, &lo, &hi,
-                                             WATCH_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            rd_kafka_topic_partition_list_destroy(parts);
-            return;   /* broker unreachable: keep the last figures */
-        }
-        int64_t from = p->offset >= 0 ? p->offset : lo;
-        double lag = hi > from ? (double)(hi - from) : 0;
+        const rd_kafka_topic_partition_t *p = &parts->elems[i];
+        int64_t from = p->offset >= 0 ? p->offset : low[i];
+        double lag = high[i] > from ? (double)(high[i] - from) : 0;
         partition_gauges(w->group, p->topic, p->partition, lag,
                          p->offset >= 0 ? (double)p->offset : -1);
         int t = 0;
@@ -312,9 +345,29 @@ static void watch_measure(st_kafka_watch_t *w)
                  parts->elems[i].topic);
         w->reported[w->nreported++].partition = parts->elems[i].partition;
     }
-    if (parts->cnt == 0)
-        for (int t = 0; t < ntopics; t++)
-            st_metric_set(lag_gauge(w->group, topics[t]), 0);
+}
+
+/* One round for the consumer in `slot` (see the section comment for the steps). */
+static void watch_round(int slot)
+{
+    pthread_mutex_lock(&watch_mu);
+    st_kafka_watch_t *w = watched[slot];
+    unsigned gen = watch_gen[slot];
+    rd_kafka_topic_partition_list_t *parts = w != NULL ? watch_committed(w) : NULL;
+    pthread_mutex_unlock(&watch_mu);
+    if (parts == NULL)
+        return;
+    size_t n = parts->cnt > 0 ? (size_t)parts->cnt : 1;
+    int64_t *low = calloc(n, sizeof *low), *high = calloc(n, sizeof *high);
+    if (low == NULL || high == NULL)
+        abort();
+    int measured = watch_watermarks(parts, low, high);
+    pthread_mutex_lock(&watch_mu);
+    if (measured && watched[slot] == w && watch_gen[slot] == gen)
+        watch_report(w, parts, low, high);
+    pthread_mutex_unlock(&watch_mu);
+    free(low);
+    free(high);
     rd_kafka_topic_partition_list_destroy(parts);
 }
 
@@ -324,33 +377,52 @@ static void *watch_main(void *arg)
     for (;;) {
         struct timespec ts = {watch_interval_ms / 1000, (long)(watch_interval_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
-        pthread_mutex_lock(&watch_mu);
         for (int i = 0; i < WATCH_MAX; i++)
-            if (watched[i] != NULL)
-                watch_measure(watched[i]);
-        pthread_mutex_unlock(&watch_mu);
+            watch_round(i);
     }
     return NULL;
 }
 
-static void watch_add(st_kafka_watch_t *w, int interval_ms)
+/* The lag thread's client: a consumer handle without a group, used only for watermark
+ * queries. NULL (and a warning) if it cannot be made. */
+static rd_kafka_t *lag_client_new(const st_config_t *cfg)
+{
+    static const kafka_setting_t none[] = {{NULL, NULL}};
+    rd_kafka_conf_t *conf;
+    st_errbuf_t eb;
+    if (base_conf(cfg, none, none, &conf, &eb) != ST_OK) {
+        st_log_warn("could not configure the consumer lag client", "%s", eb.msg);
+        return NULL;
+    }
+    char errstr[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        rd_kafka_conf_destroy(conf);
+        st_log_warn("could not create the consumer lag client", "%s", errstr);
+    }
+    return rk;
+}
+
+static void watch_add(st_kafka_watch_t *w, const st_config_t *cfg)
 {
     pthread_mutex_lock(&watch_mu);
-    for (int i = 0; i < WATCH_MAX; i++)
-        if (watched[i] == NULL) {
-            watched[i] = w;
-            break;
-        }
     if (!watch_thread_started) {
-        watch_interval_ms = interval_ms > 0 ? interval_ms : 5000;
+        lag_client = lag_client_new(cfg);
+        watch_interval_ms = cfg->kafka_lag_interval_ms > 0 ? cfg->kafka_lag_interval_ms : 5000;
         pthread_t thread;
-        if (pthread_create(&thread, NULL, watch_main, NULL) == 0) {
+        if (lag_client != NULL && pthread_create(&thread, NULL, watch_main, NULL) == 0) {
             pthread_detach(thread);
             watch_thread_started = 1;
         } else {
             st_log_warn("could not start the consumer lag thread", NULL);
         }
     }
+    for (int i = 0; i < WATCH_MAX; i++)
+        if (watched[i] == NULL) {
+            watched[i] = w;
+            watch_gen[i]++;
+            break;
+        }
     pthread_mutex_unlock(&watch_mu);
 }
 
@@ -358,8 +430,10 @@ static void watch_remove(const rd_kafka_t *rk)
 {
     pthread_mutex_lock(&watch_mu);
     for (int i = 0; i < WATCH_MAX; i++)
-        if (watched[i] != NULL && watched[i]->rk == rk)
+        if (watched[i] != NULL && watched[i]->rk == rk) {
             watched[i] = NULL;
+            watch_gen[i]++;
+        }
     pthread_mutex_unlock(&watch_mu);
 }
 
@@ -440,7 +514,7 @@ st_err_t st_kafka_consumer_new(const st_config_t *cfg, const char *group,
     }
     if (opts != NULL && opts->watch != NULL) {
         opts->watch->rk = rk;
-        watch_add(opts->watch, cfg->kafka_lag_interval_ms);
+        watch_add(opts->watch, cfg);
     }
     *out = rk;
     return ST_OK;

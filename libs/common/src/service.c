@@ -2,10 +2,12 @@
 #include "strand/service.h"
 
 #include <event2/event.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "strand/call_allow.h"
@@ -14,11 +16,39 @@
 #include "strand/metrics.h"
 #include "strand/pg.h"
 
+/* The stop deadline (STRAND_STOP_TIMEOUT_MS), started by the first stop signal. A stop
+ * still running then waits on a dependency that does not answer (librdkafka's close
+ * and destroy wait for requests a hung broker never answers; a query waits on a frozen
+ * PostgreSQL): it is cut, with an error line, and the process exits with status 0.
+ * Cutting it loses nothing: what the service committed is durable, and what it held
+ * uncommitted (consumed messages, claimed rows) goes to another replica, as after a
+ * crash. Kubernetes would otherwise kill it at terminationGracePeriodSeconds. */
+static int stop_timeout_ms;
+
+static void *stop_deadline_main(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {stop_timeout_ms / 1000, (long)(stop_timeout_ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    st_log_error("stop did not finish in time; exiting without waiting further",
+                 "waited %d ms (STRAND_STOP_TIMEOUT_MS); committed work is durable, "
+                 "uncommitted work is redelivered", stop_timeout_ms);
+    _exit(0);
+}
+
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
 {
     st_service_t *svc = arg;
     st_log_info("stop signal received, shutting down", "signal=%d", (int)sig);
-    __atomic_store_n(&svc->stopping, 1, __ATOMIC_RELEASE);
+    if (!__atomic_exchange_n(&svc->stopping, 1, __ATOMIC_ACQ_REL)) {
+        stop_timeout_ms = svc->cfg.stop_timeout_ms > 0 ? svc->cfg.stop_timeout_ms : 20000;
+        pthread_t deadline;
+        if (pthread_create(&deadline, NULL, stop_deadline_main, NULL) == 0)
+            pthread_detach(deadline);
+        else
+            st_log_warn("could not start the stop deadline; the stop may wait", NULL);
+    }
     event_base_loopexit(svc->base, NULL);
 }
 

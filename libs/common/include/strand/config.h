@@ -76,6 +76,7 @@ typedef struct {
     int kafka_message_max_bytes;  /* STRAND_KAFKA_MESSAGE_MAX_BYTES: producer's and created
                                    * topics' message size limit (the relay sets larger
                                    * outbox rows aside) */
+    int stop_timeout_ms;          /* STRAND_STOP_TIMEOUT_MS: a stop longer than this is cut */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.
