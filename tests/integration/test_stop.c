@@ -11,8 +11,7 @@
  * waits on for as long as the broker is away, and st_kafka_consumer_free() waited for
  * that lock (gdb: the main thread in watch_remove(), the lag thread in
  * rd_kafka_query_watermark_offsets()). The lag thread now asks through a client of its
- * own, without the lock. test_kafka_lag (the lock) and test_stop_deadline (the deadline)
- * cover both deterministically.
+ * own, without the lock; test_stop_deadline covers the deadline deterministically.
  * test_wakeups' executor outlived its SIGTERM in the sanitizer pass of full runs the
  * same way, after its signals topic was deleted under it.
  */
