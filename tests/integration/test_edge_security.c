@@ -605,5 +605,7 @@ int main(void)
         {"the token file is reloaded without restart", test_token_file_reload},
         {"the API over TLS, its certificate reloaded", test_tls_listener},
     };
-    return it_run_suite("edge_security", cases, (int)(sizeof cases / sizeof cases[0]));
+    int rc = it_run_suite("edge_security", cases, (int)(sizeof cases / sizeof cases[0]));
+    unlink(token_path);   /* the services have stopped */
+    return rc;
 }

@@ -602,5 +602,9 @@ int main(void)
         {"a long poll whose client leaves", test_long_poll_client_leaves},
         {"every timestamp is RFC 3339 UTC", test_timestamps},
     };
-    return it_run_suite("http_edge", cases, (int)(sizeof cases / sizeof cases[0]));
+    int rc = it_run_suite("http_edge", cases, (int)(sizeof cases / sizeof cases[0]));
+    char path[256];   /* test_start_services()'s token file; the services have stopped */
+    snprintf(path, sizeof path, "/tmp/strand-test-edge-tokens-%d.json", (int)getpid());
+    unlink(path);
+    return rc;
 }

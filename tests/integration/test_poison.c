@@ -550,6 +550,9 @@ int main(void)
         {"dead letters: operator role, no token", test_dead_letter_access},
     };
     int rc = it_run_suite("poison", cases, sizeof cases / sizeof cases[0]);
+    char path[256];   /* test_start()'s token file; the services have stopped */
+    snprintf(path, sizeof path, "/tmp/strand-test-poison-tokens-%d.json", (int)getpid());
+    unlink(path);
     if (producer != NULL)
         rd_kafka_destroy(producer);
     return rc;
