@@ -3,8 +3,8 @@
  * the Kafka broker does not answer: the broker is frozen (SIGSTOP), the clients'
  * connections to it are cut (ss -K), so that they connect again into a broker that
  * accepts and answers nothing, and each service is sent SIGTERM. A stop cut at the
- * deadline says so in its log; the services start and work again once the broker
- * resumes (SIGCONT, sent before any assertion can end the case).
+ * deadline says so in its log; the services start, become ready and stop again once
+ * the broker resumes (SIGCONT, sent before any assertion can end the case).
  *
  * Found with this setup (by hand, 1 run in 4, the executor stopped for good): the
  * consumer-lag thread held its lock through a watermark query that librdkafka 2.0.2
@@ -27,6 +27,8 @@
 #include "st_test.h"
 
 #define STOP_TIMEOUT_MS 4000
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static double now_s(void)
 {
@@ -69,8 +71,8 @@ static long log_lines(const char *service, const char *needle)
 
 static void test_stop_with_frozen_broker(void)
 {
-    setenv("STRAND_STOP_TIMEOUT_MS", "4000", 1);
-    /* Lag rounds every 200 ms: one is asking the frozen broker when the stop comes. */
+    setenv("STRAND_STOP_TIMEOUT_MS", STR(STOP_TIMEOUT_MS), 1);
+    /* Lag rounds every 200 ms, so that they run while the broker is frozen. */
     setenv("STRAND_KAFKA_LAG_INTERVAL_MS", "200", 1);
     long assigned_before = log_lines("executor", "partitions assigned");   /* -1: no log yet */
     CU_ASSERT_TRUE_FATAL(it_start_all(60));
@@ -81,12 +83,14 @@ static void test_stop_with_frozen_broker(void)
     CU_ASSERT_TRUE_FATAL(log_lines("executor", "partitions assigned") > assigned_before);
     pid_t broker = broker_pid();
     CU_ASSERT_TRUE_FATAL(broker > 0);
-    CU_ASSERT_EQUAL_FATAL(kill(broker, SIGSTOP), 0);
-    /* Cut the clients' connections, as a broker's crash or a network cut does: they
-     * connect again into a broker that accepts (the kernel does) and answers nothing. */
+    /* Everything a fatal assert needs is checked before the broker is frozen: from
+     * SIGSTOP to SIGCONT nothing may end the case. */
     const char *brokers = getenv("STRAND_KAFKA_BROKERS");
     const char *colon = brokers != NULL ? strrchr(brokers, ':') : NULL;
     CU_ASSERT_PTR_NOT_NULL_FATAL(colon);
+    CU_ASSERT_EQUAL_FATAL(kill(broker, SIGSTOP), 0);
+    /* Cut the clients' connections, as a broker's crash or a network cut does: they
+     * connect again into a broker that accepts (the kernel does) and answers nothing. */
     char cmd[200];
     snprintf(cmd, sizeof cmd,
              "ss -K -tn state established '( dport = :%d )' >/dev/null 2>&1", atoi(colon + 1));
@@ -126,8 +130,8 @@ static void test_stop_with_frozen_broker(void)
     unsetenv("STRAND_KAFKA_LAG_INTERVAL_MS");
 }
 
-/* After the broker resumes, the services start again and work: nothing was left
- * half-stopped by the cut. */
+/* After the broker resumes, the services start, become ready and stop again: a cut
+ * stop left nothing behind that holds the next start. */
 static void test_start_after_cut_stop(void)
 {
     CU_ASSERT_TRUE_FATAL(it_start_all(90));

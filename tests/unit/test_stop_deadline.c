@@ -85,8 +85,10 @@ static int log_has(const char *path, const char *needle)
     return found;
 }
 
-static void prepare_env(void)
+/* Sets the child's environment and names its log file in `log_path`. */
+static void prepare_env(char *log_path, size_t len)
 {
+    snprintf(log_path, len, "/tmp/test_stop_deadline-%d.log", (int)getpid());
     char port[16];
     snprintf(port, sizeof port, "%d", 20000 + (int)(getpid() % 20000));
     setenv("STRAND_HTTP_PORT", port, 1);
@@ -97,9 +99,8 @@ static void prepare_env(void)
 /* A stop that never finishes ends at the deadline, with status 0 and the error line. */
 static void test_held_stop_is_cut_at_the_deadline(void)
 {
-    prepare_env();
     char log_path[64];
-    snprintf(log_path, sizeof log_path, "/tmp/test_stop_deadline-%d.log", (int)getpid());
+    prepare_env(log_path, sizeof log_path);
     double took = 0;
     int rc = stop_child(1, log_path, 10.0, &took);
     fprintf(stderr, "\nstop_deadline: held stop ended with %d after %.2f s\n", rc, took);
@@ -113,9 +114,8 @@ static void test_held_stop_is_cut_at_the_deadline(void)
 /* A stop that finishes in time exits on its own, without the deadline's line. */
 static void test_prompt_stop_is_not_cut(void)
 {
-    prepare_env();
     char log_path[64];
-    snprintf(log_path, sizeof log_path, "/tmp/test_stop_deadline-%d.log", (int)getpid());
+    prepare_env(log_path, sizeof log_path);
     double took = 0;
     int rc = stop_child(0, log_path, 10.0, &took);
     CU_ASSERT_EQUAL(rc, 0);

@@ -70,9 +70,9 @@ static st_err_t base_conf(const st_config_t *cfg, const kafka_setting_t *tunable
     if (err == ST_OK)
         err = apply_security(cfg, conf, eb);
     /* Every client: a connection whose handshake the broker does not answer fails after
-     * 10 s, not librdkafka's 30 s. Until it fails, the requests sent on it hold a
-     * handle's close and destroy, so a stop waited the whole 30 s that Kubernetes gives
-     * a pod (test_kafka_stop). */
+     * 10 s (the Java client's default), not librdkafka's 30 s, the whole grace period
+     * Kubernetes gives a pod. test_wakeups' executor log ended on such a 30 s failure
+     * when its stop overran. */
     if (err == ST_OK)
         err = conf_set(conf, "socket.connection.setup.timeout.ms", "10000", eb);
     for (const kafka_setting_t *t = tunables; err == ST_OK && t->key != NULL; t++)
@@ -160,7 +160,7 @@ st_err_t st_kafka_producer_new(const st_config_t *cfg, const st_kafka_callbacks_
  * (2) Without the lock: the high watermarks, asked through the lag thread's own client
  * (lag_client). librdkafka 2.0.2's rd_kafka_query_watermark_offsets() ignores its
  * timeout and waits as long as the partition's broker does not answer; it held the
- * lock once, and a stop with it (test_kafka_stop). Now only the lag figures wait.
+ * lock once, and a stop with it (test_stop). Now only the lag figures wait.
  * (3) Under watch_mu again, if the consumer is still registered (same slot
  * generation): the gauges. Poll threads never take the lock (atomics only). */
 #define WATCH_MAX 16

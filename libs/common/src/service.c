@@ -18,8 +18,8 @@
 
 /* The stop deadline (STRAND_STOP_TIMEOUT_MS), started by the first stop signal. A stop
  * still running then waits on a dependency that does not answer (librdkafka's close
- * and destroy wait for requests a hung broker never answers; a query waits on a frozen
- * PostgreSQL): it is cut, with an error line, and the process exits with status 0.
+ * and destroy wait for requests a hung broker never answers; a query can wait on a
+ * frozen PostgreSQL): it is cut, with an error line, and the process exits with status 0.
  * Cutting it loses nothing: what the service committed is durable, and what it held
  * uncommitted (consumed messages, claimed rows) goes to another replica, as after a
  * crash. Kubernetes would otherwise kill it at terminationGracePeriodSeconds. */
