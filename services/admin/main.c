@@ -23,6 +23,7 @@
 #include "strand/kafka.h"
 #include "strand/log.h"
 #include "strand/pg.h"
+#include "strand/schema.h"
 
 enum { DO_MIGRATE = 1, DO_TOPICS = 2 };
 
@@ -49,7 +50,7 @@ static st_err_t migrate_once(const st_config_t *cfg, st_errbuf_t *eb)
     PGconn *conn = NULL;
     st_err_t err = st_pg_connect(cfg->pg_dsn, "strand-admin", &conn, eb);
     if (err == ST_OK)
-        err = st_pg_migrate(conn, eb);
+        err = st_schema_migrate(conn, eb);
     if (conn != NULL)
         PQfinish(conn);
     return err;

@@ -20,8 +20,8 @@
 #include "wait_loop.h"
 #include "strand/engine.h"
 #include "strand/log.h"
-#include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/relay.h"
 
 /* The HTTP guard: every non-public route needs a known bearer token (401) and the
  * route's permission (403; permissions.c). */

@@ -11,7 +11,7 @@
 #include "executor.h"
 #include "strand/engine.h"
 #include "strand/log.h"
-#include "strand/outbox.h"
+#include "strand/relay.h"
 #include "strand/service.h"
 #include "strand/util.h"
 

@@ -8,7 +8,7 @@
 #include "ack_monitor.h"
 #include "stuck_gauge.h"
 #include "strand/log.h"
-#include "strand/outbox.h"
+#include "strand/relay.h"
 #include "strand/service.h"
 
 static int relay_ready(void *ctx)

@@ -6,7 +6,7 @@
  */
 #include "batch_runner.h"
 #include "strand/log.h"
-#include "strand/outbox.h"
+#include "strand/relay.h"
 #include "strand/service.h"
 #include "timer_firing.h"
 

@@ -23,6 +23,7 @@
 #include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
+#include "strand/relay.h"
 
 #define RELAYS 3
 #define WRITERS 2

@@ -26,6 +26,8 @@
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/recovery.h"
+#include "strand/relay.h"
+#include "strand/schema.h"
 #include "strand/util.h"
 
 #define SMALL_ROWS 40
@@ -68,7 +70,7 @@ static void test_oversized_row_set_aside(void)
     CU_ASSERT_EQUAL_FATAL(st_config_load(&cfg, "test", 18998, &eb), ST_OK);
     PGconn *conn = NULL;
     CU_ASSERT_EQUAL_FATAL(st_pg_connect(cfg.pg_dsn, "test_relay", &conn, &eb), ST_OK);
-    CU_ASSERT_EQUAL_FATAL(st_pg_migrate(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL_FATAL(st_schema_migrate(conn, &eb), ST_OK);
     CU_ASSERT_EQUAL_FATAL(st_kafka_ensure_topics(&cfg, 30000, &eb), ST_OK);
     const char *topics[] = {ST_TOPIC_SIGNALS, NULL};
     rd_kafka_t *consumer = NULL;

@@ -14,6 +14,7 @@
 #include "st_test.h"
 #include "strand/pg.h"
 #include "strand/request.h"
+#include "strand/schema.h"
 #include "strand/util.h"
 
 static PGconn *conn;
@@ -35,7 +36,7 @@ static void test_scopes(void)
 {
     st_errbuf_t eb;
     CU_ASSERT_EQUAL_FATAL(st_pg_connect(getenv("STRAND_PG_DSN"), "test_request", &conn, &eb), ST_OK);
-    CU_ASSERT_EQUAL_FATAL(st_pg_migrate(conn, &eb), ST_OK);
+    CU_ASSERT_EQUAL_FATAL(st_schema_migrate(conn, &eb), ST_OK);
     CU_ASSERT_EQUAL_FATAL(st_pg_begin(conn, &eb), ST_OK);
     char a[37], b[37], rid[64], prior[37];
     st_uuid_new(a);

@@ -13,9 +13,6 @@
 #include "strand/log.h"
 #include "strand/metrics.h"
 
-/* Arbitrary constant: the advisory lock key that serialises migrations. */
-#define MIGRATION_LOCK_KEY "7306531"
-
 st_err_t st_pg_connect(const char *dsn, const char *app, PGconn **out, st_errbuf_t *eb)
 {
     /* Server NOTICEs (e.g. "already exists, skipping") would go to stderr raw;
@@ -742,61 +739,12 @@ st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
     return err;
 }
 
-st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb)
+st_err_t st_pg_exec_script(PGconn *conn, const char *sql, st_errbuf_t *eb)
 {
-    static const char *const setup =
-        "SELECT pg_advisory_lock(" MIGRATION_LOCK_KEY ");"
-        "CREATE SCHEMA IF NOT EXISTS strand;"
-        "CREATE TABLE IF NOT EXISTS strand.schema_migrations ("
-        " version integer PRIMARY KEY, name text NOT NULL,"
-        " applied_at timestamptz NOT NULL DEFAULT now())";
-    PGresult *r = PQexec(conn, setup);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-        st_err_t err = translate(conn, r, eb);
-        PQclear(r);
-        PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATION_LOCK_KEY ")"));
-        return err;
-    }
-    PQclear(r);
+    PGresult *r = PQexec(conn, sql);
     st_err_t err = ST_OK;
-    for (int i = 0; i < st_migrations_count && err == ST_OK; i++) {
-        const st_migration_t *m = &st_migrations[i];
-        char version[16];
-        snprintf(version, sizeof version, "%d", m->version);
-        const char *params[] = {version, m->name};
-        PGresult *seen = NULL;
-        err = st_pg_exec(conn, "SELECT 1 FROM strand.schema_migrations WHERE version = $1",
-                         1, params, &seen, eb);
-        if (err != ST_OK)
-            break;
-        int applied = PQntuples(seen) > 0;
-        PQclear(seen);
-        if (applied)
-            continue;
-        /* Simple query protocol: a migration file holds several statements. */
-        if ((err = st_pg_begin(conn, eb)) != ST_OK)
-            break;
-        r = PQexec(conn, m->sql);
-        if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-            err = translate(conn, r, eb);
-            PQclear(r);
-            st_pg_rollback(conn);
-            char detail[sizeof eb->msg];
-            snprintf(detail, sizeof detail, "%s", eb ? eb->msg : "");
-            st_err_set(eb, err, "migration %s failed: %s", m->name, detail);
-            break;
-        }
-        PQclear(r);
-        err = st_pg_exec(conn,
-                         "INSERT INTO strand.schema_migrations (version, name) VALUES ($1, $2)",
-                         2, params, NULL, eb);
-        if (err == ST_OK)
-            err = st_pg_commit(conn, eb);
-        if (err != ST_OK)
-            st_pg_rollback(conn);
-        else
-            st_log_info("applied schema migration", "%s", m->name);
-    }
-    PQclear(PQexec(conn, "SELECT pg_advisory_unlock(" MIGRATION_LOCK_KEY ")"));
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK)
+        err = translate(conn, r, eb);
+    PQclear(r);
     return err;
 }

@@ -16,13 +16,7 @@
 #include "strand/config.h"
 #include "strand/err.h"
 #include "strand/metrics.h"
-
-/* The topic suffixes every deployment has (prefixed with STRAND_TOPIC_PREFIX). */
-#define ST_TOPIC_SIGNALS "signals"
-#define ST_TOPIC_WORK    "work"
-#define ST_TOPIC_NOTICES "notices"
-#define ST_TOPIC_INGRESS "ingress"
-#define ST_TOPIC_DLQ     "dlq"
+#include "strand/topics.h"
 
 /* Callbacks and opaque pointer for a producer; any member may be NULL. */
 typedef struct {

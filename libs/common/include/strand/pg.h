@@ -103,18 +103,9 @@ typedef st_err_t (*st_pg_setup_fn)(PGconn *conn, st_errbuf_t *eb);
 st_err_t st_pg_reconnect(PGconn **slot, const char *dsn, const char *app,
                          st_pg_setup_fn setup, st_errbuf_t *eb);
 
-/* One migration file, embedded in the binary at build time. */
-typedef struct {
-    int version;
-    const char *name;
-    const char *sql;
-} st_migration_t;
-extern const st_migration_t st_migrations[];
-extern const int st_migrations_count;
-
-/* Creates schema `strand` and applies every migration not yet recorded in
- * strand.schema_migrations, each in its own transaction, under an advisory lock so
- * that replicas starting together apply each migration exactly once. */
-st_err_t st_pg_migrate(PGconn *conn, st_errbuf_t *eb);
+/* Runs `sql`, which may hold several statements, with the simple query protocol (no
+ * parameters; for schema scripts only) and discards its results. A failure is
+ * translated as st_pg_exec() does. */
+st_err_t st_pg_exec_script(PGconn *conn, const char *sql, st_errbuf_t *eb);
 
 #endif

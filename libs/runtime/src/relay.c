@@ -1,5 +1,5 @@
 /*
- * relay.c - the outbox relay thread (see outbox.h).
+ * relay.c - the outbox relay thread (see relay.h; its statements are in outbox.h).
  *
  * States (relay_state_t; relay_step() is the one transition function):
  *
@@ -22,7 +22,7 @@
  * with the query's answer and kept by libpq; relay_wait() takes them from there
  * before it sleeps.
  */
-#include "strand/outbox.h"
+#include "strand/relay.h"
 
 #include <errno.h>
 #include <hiredis.h>
@@ -39,6 +39,7 @@
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/notice.h"
+#include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/recovery.h"
 #include "strand/util.h"
@@ -126,132 +127,6 @@ static int permanent_error(rd_kafka_resp_err_t err)
     default:
         return 0;
     }
-}
-
-/* ---- waking the relay (writers' side; see outbox.h) ------------------------------- */
-
-/* Set once by the first st_relay_start() of the process (hints_configure): writers
- * publish outbox hints only in a process that runs a relay (a service); elsewhere
- * (strand-admin, tests) every outbox insert notifies. */
-static st_config_t hints_cfg;
-static int hints_may_replace;   /* STRAND_WAKE_NOTIFY=fallback and Redis configured */
-static st_metric_t *m_hints_missed;
-static pthread_key_t hints_key;   /* this thread's outbox_waker_t, freed at its exit */
-
-/* One writing thread's publisher, and whether its outbox inserts skip the notification
- * (its last hint reached the relay leader). */
-typedef struct {
-    st_hint_t *hint;
-    int rely_on_hints;
-} outbox_waker_t;
-
-static void waker_free(void *p)
-{
-    outbox_waker_t *w = p;
-    st_hint_free(w->hint);
-    free(w);
-}
-
-static void hints_configure(const st_config_t *cfg)
-{
-    static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-    static int configured;
-    pthread_mutex_lock(&once);
-    if (!configured) {
-        configured = 1;
-        hints_cfg = *cfg;
-        m_hints_missed = st_metrics_counter("strand_outbox_hints_missed_total",
-                                            "Outbox commits whose Redis hint reached no relay,"
-                                            " so the writer notified PostgreSQL", NULL);
-        if (pthread_key_create(&hints_key, waker_free) != 0)
-            abort();
-        __atomic_store_n(&hints_may_replace, st_hint_may_replace_notify(cfg), __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&once);
-}
-
-/* This thread's waker, or NULL in a process without a relay or without hints. */
-static outbox_waker_t *waker(void)
-{
-    if (!__atomic_load_n(&hints_may_replace, __ATOMIC_ACQUIRE))
-        return NULL;
-    outbox_waker_t *w = pthread_getspecific(hints_key);
-    if (w == NULL) {
-        w = calloc(1, sizeof *w);
-        if (w == NULL)
-            abort();
-        w->hint = st_hint_new(&hints_cfg, ST_HINT_OUTBOX);
-        w->rely_on_hints = 1;   /* a hint that reaches nobody is followed by NOTIFY */
-        pthread_setspecific(hints_key, w);
-    }
-    return w;
-}
-
-/* After the commit of outbox rows inserted without the notification: the hint, and
- * the notification when it reached no relay leader (none subscribed, Redis down).
- * Registered only by a thread that has a waker. */
-static void outbox_committed_unnotified(PGconn *conn)
-{
-    outbox_waker_t *w = waker();
-    st_hint_after_commit(w->hint, conn, ST_OUTBOX_CHANNEL, "", 1, &w->rely_on_hints,
-                         m_hints_missed);
-}
-
-/* After the commit of outbox rows inserted with the notification: a hint that gets
- * through lets this thread's next inserts skip it. */
-static void outbox_committed_notified(PGconn *conn)
-{
-    outbox_waker_t *w = waker();
-    st_hint_after_commit(w->hint, conn, ST_OUTBOX_CHANNEL, "", 0, &w->rely_on_hints,
-                         m_hints_missed);
-}
-
-/* Queues an outbox insert: `sql_notify` (it notifies the relay at commit), or
- * `sql_quiet` (it does not) when this thread's hints reach the relay leader and the
- * transaction's commit can publish one (st_pg_after_commit). */
-static st_err_t outbox_queue(PGconn *conn, const char *sql_notify, const char *sql_quiet,
-                             int nparams, const char *const *params, const int *lengths,
-                             const int *formats, st_errbuf_t *eb)
-{
-    outbox_waker_t *w = waker();
-    int quiet = w != NULL && w->rely_on_hints &&
-                st_pg_after_commit(conn, outbox_committed_unnotified);
-    if (!quiet && w != NULL)
-        st_pg_after_commit(conn, outbox_committed_notified);
-    return st_pg_queue_bin(conn, quiet ? sql_quiet : sql_notify, nparams, params, lengths,
-                           formats, eb);
-}
-
-#define OUTBOX_INSERT                                                                    \
-    "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ($1, $2, $3))"
-#define OUTBOX_INSERT_SIGNAL                                                                 \
-    "WITH ins AS (INSERT INTO strand.outbox (topic, key, payload, signal_id, instance_id)" \
-    " VALUES ('" ST_TOPIC_SIGNALS "', $1, $2, $3, $4::uuid))"
-#define OUTBOX_NOTIFY " SELECT pg_notify('" ST_OUTBOX_CHANNEL "', '')"
-#define OUTBOX_QUIET " SELECT 1"
-
-st_err_t st_outbox_add_tx(PGconn *conn, const char *topic, const char *key,
-                          const void *payload, size_t len, st_errbuf_t *eb)
-{
-    /* The insert and the notification (delivered at commit) in one statement, queued:
-     * it goes out with the transaction's next statement or its COMMIT. */
-    const char *params[] = {topic, key, payload};
-    int lengths[] = {0, 0, (int)len};
-    int formats[] = {0, 0, 1};
-    return outbox_queue(conn, OUTBOX_INSERT OUTBOX_NOTIFY, OUTBOX_INSERT OUTBOX_QUIET, 3, params,
-                        lengths, formats, eb);
-}
-
-st_err_t st_outbox_add_signal_tx(PGconn *conn, const char *signal_id, const char *instance_id,
-                                 const void *payload, size_t len, st_errbuf_t *eb)
-{
-    /* An id that is no UUID is not tracked (the executor drops its signal anyway). */
-    const char *params[] = {instance_id, payload, signal_id,
-                            st_uuid_valid(instance_id) ? instance_id : NULL};
-    int lengths[] = {0, (int)len, 0, 0};
-    int formats[] = {0, 1, 0, 0};
-    return outbox_queue(conn, OUTBOX_INSERT_SIGNAL OUTBOX_NOTIFY,
-                        OUTBOX_INSERT_SIGNAL OUTBOX_QUIET, 4, params, lengths, formats, eb);
 }
 
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -369,17 +244,15 @@ static st_err_t relay_set_aside(st_relay_t *r, PGresult *rows, int i, const char
                                 const void *payload, size_t len, rd_kafka_resp_err_t perr,
                                 st_errbuf_t *eb)
 {
-    static const char *const sql_outbox_set_aside =
-        "UPDATE strand.outbox SET published_at = now(), failed_at = now(), publish_error = $2"
-        " WHERE id = $1::bigint";
-    const char *id = PQgetvalue(rows, i, 0);
-    const char *signal_id = PQgetisnull(rows, i, 5) ? NULL : PQgetvalue(rows, i, 5);
-    const char *instance_id = PQgetisnull(rows, i, 6) ? NULL : PQgetvalue(rows, i, 6);
+    const char *id = PQgetvalue(rows, i, ST_OUTBOX_COL_ID);
+    const char *signal_id = PQgetisnull(rows, i, ST_OUTBOX_COL_SIGNAL_ID)
+                                ? NULL : PQgetvalue(rows, i, ST_OUTBOX_COL_SIGNAL_ID);
+    const char *instance_id = PQgetisnull(rows, i, ST_OUTBOX_COL_INSTANCE_ID)
+                                  ? NULL : PQgetvalue(rows, i, ST_OUTBOX_COL_INSTANCE_ID);
     char reason[256];
     snprintf(reason, sizeof reason, "outbox row %s (%zu bytes) not publishable: %s", id, len,
              rd_kafka_err2str(perr));
-    const char *params[] = {id, reason};
-    st_err_t err = st_pg_exec(r->conn, sql_outbox_set_aside, 2, params, NULL, eb);
+    st_err_t err = st_outbox_set_aside_tx(r->conn, id, reason, eb);
     if (err != ST_OK)
         return err;
     st_dead_letter_source_t src = {.topic = topic, .partition = -1, .offset = -1,
@@ -408,22 +281,12 @@ static st_err_t relay_set_aside(st_relay_t *r, PGresult *rows, int i, const char
  * error. */
 static int relay_drain_once(st_relay_t *r)
 {
-    static const char *const sql_outbox_claim =
-        "SELECT id, topic, key, payload,"
-        " extract(epoch FROM (clock_timestamp() - created_at)), signal_id, instance_id"
-        " FROM strand.outbox WHERE published_at IS NULL"
-        " ORDER BY id LIMIT $1 FOR UPDATE";
-    static const char *const sql_outbox_mark =
-        "UPDATE strand.outbox SET published_at = now() WHERE id = ANY($1::bigint[])";
     st_errbuf_t eb;
-    char limit[16];
-    snprintf(limit, sizeof limit, "%d", r->cfg.relay_batch);
-    const char *params[] = {limit};
     if (st_pg_begin(r->conn, &eb) != ST_OK)
         goto db_error;
     PGresult *rows = NULL;
     /* Text results: payload arrives hex-escaped and is unescaped per row below. */
-    if (st_pg_exec(r->conn, sql_outbox_claim, 1, params, &rows, &eb) != ST_OK)
+    if (st_outbox_claim_tx(r->conn, r->cfg.relay_batch, &rows, &eb) != ST_OK)
         goto db_error;
     int n = PQntuples(rows);
     if (n <= 0) {
@@ -438,9 +301,11 @@ static int relay_drain_once(st_relay_t *r)
         abort();
     for (int i = 0; i < n; i++) {
         char topic[256];
-        st_config_topic(&r->cfg, PQgetvalue(rows, i, 1), topic, sizeof topic);
-        const char *key = PQgetisnull(rows, i, 2) ? NULL : PQgetvalue(rows, i, 2);
-        payloads[i] = PQunescapeBytea((const unsigned char *)PQgetvalue(rows, i, 3), &lengths[i]);
+        st_config_topic(&r->cfg, PQgetvalue(rows, i, ST_OUTBOX_COL_TOPIC), topic, sizeof topic);
+        const char *key = PQgetisnull(rows, i, ST_OUTBOX_COL_KEY)
+                              ? NULL : PQgetvalue(rows, i, ST_OUTBOX_COL_KEY);
+        payloads[i] = PQunescapeBytea(
+            (const unsigned char *)PQgetvalue(rows, i, ST_OUTBOX_COL_PAYLOAD), &lengths[i]);
         status[i] = calloc(1, sizeof *status[i]);
         if (status[i] == NULL || payloads[i] == NULL)
             abort();
@@ -480,15 +345,16 @@ static int relay_drain_once(st_relay_t *r)
         if (!d->done || d->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (!failed && err == ST_OK && d->done && permanent_error(d->err)) {
                 char topic[256];
-                st_config_topic(&r->cfg, PQgetvalue(rows, i, 1), topic, sizeof topic);
+                st_config_topic(&r->cfg, PQgetvalue(rows, i, ST_OUTBOX_COL_TOPIC), topic,
+                                sizeof topic);
                 err = relay_set_aside(r, rows, i, topic, payloads[i], lengths[i], d->err, &eb);
                 set_aside += err == ST_OK;
                 continue;
             }
             st_metric_inc(r->failed);
             st_log_warn("could not publish outbox row",
-                        "id=%s topic=%s error=%s", PQgetvalue(rows, i, 0),
-                        PQgetvalue(rows, i, 1),
+                        "id=%s topic=%s error=%s", PQgetvalue(rows, i, ST_OUTBOX_COL_ID),
+                        PQgetvalue(rows, i, ST_OUTBOX_COL_TOPIC),
                         d->done ? rd_kafka_err2str(d->err) : "no delivery report");
             failed = 1;
             continue;
@@ -496,8 +362,8 @@ static int relay_drain_once(st_relay_t *r)
         if (failed)
             continue;
         len += (size_t)snprintf(ids + len, cap - len, "%s%s", delivered ? "," : "",
-                                PQgetvalue(rows, i, 0));
-        st_metric_observe(r->lag, atof(PQgetvalue(rows, i, 4)));
+                                PQgetvalue(rows, i, ST_OUTBOX_COL_ID));
+        st_metric_observe(r->lag, atof(PQgetvalue(rows, i, ST_OUTBOX_COL_AGE_S)));
         delivered++;
     }
     ids[len++] = '}';
@@ -513,9 +379,8 @@ static int relay_drain_once(st_relay_t *r)
     free(lengths);
     free(status);
     PQclear(rows);
-    const char *mark_params[] = {ids};
     if (err == ST_OK && delivered)
-        err = st_pg_exec(r->conn, sql_outbox_mark, 1, mark_params, NULL, &eb);
+        err = st_outbox_mark_published_tx(r->conn, ids, &eb);
     free(ids);
     if (err != ST_OK || st_pg_commit(r->conn, &eb) != ST_OK)
         goto db_error;
@@ -535,28 +400,17 @@ db_error:
  * then it may have to be published again. */
 static void relay_purge(st_relay_t *r)
 {
-    static const char *const sql_outbox_purge =
-        "DELETE FROM strand.outbox WHERE id IN (SELECT id FROM strand.outbox"
-        " WHERE published_at < now() - make_interval(secs => $1) AND recoveries = 0"
-        " AND (signal_id IS NULL OR id <= $2::bigint) LIMIT 10000)";
-    static const char *const sql_outbox_backlog =
-        "SELECT count(*) FROM strand.outbox WHERE published_at IS NULL";
     time_t now = time(NULL);
     if (now - r->last_purge < PURGE_EVERY_S)
         return;
     r->last_purge = now;
-    char secs[16], checked[24];
-    snprintf(secs, sizeof secs, "%d", r->cfg.outbox_retention_s);
-    snprintf(checked, sizeof checked, "%lld", st_recovery_checked_id(r->recovery));
-    const char *params[] = {secs, checked};
     st_errbuf_t eb;
-    if (st_pg_exec(r->conn, sql_outbox_purge, 2, params, NULL, &eb) != ST_OK)
+    if (st_outbox_purge(r->conn, r->cfg.outbox_retention_s,
+                        st_recovery_checked_id(r->recovery), &eb) != ST_OK)
         st_log_warn("could not purge published outbox rows", "%s", eb.msg);
-    PGresult *res = NULL;
-    if (st_pg_exec(r->conn, sql_outbox_backlog, 0, NULL, &res, &eb) == ST_OK) {
-        st_metric_set(r->backlog, atof(PQgetvalue(res, 0, 0)));
-        PQclear(res);
-    }
+    long long backlog = 0;
+    if (st_outbox_backlog(r->conn, &backlog, &eb) == ST_OK)
+        st_metric_set(r->backlog, (double)backlog);
 }
 
 static void hints_unsubscribe(st_relay_t *r)
@@ -753,8 +607,7 @@ st_err_t st_relay_start(const st_config_t *cfg, st_relay_t **out, st_errbuf_t *e
     if (r == NULL)
         return st_err_set(eb, ST_ERR_NOMEM, "could not allocate the relay");
     r->cfg = *cfg;
-    hints_configure(cfg);
-    if (__atomic_load_n(&hints_may_replace, __ATOMIC_ACQUIRE) &&
+    if (st_outbox_hints_configure(cfg) &&
         st_hint_parse_url(cfg->redis_url, r->hints_host, sizeof r->hints_host, &r->hints_port))
         snprintf(r->hints_channel, sizeof r->hints_channel, "%s" ST_HINT_OUTBOX,
                  cfg->topic_prefix);

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
+#include "strand/topics.h"
 #include "strand/util.h"
 
 static const char *const type_names[] = {

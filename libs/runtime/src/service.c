@@ -15,6 +15,7 @@
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/pg.h"
+#include "strand/schema.h"
 
 /* The stop deadline (STRAND_STOP_TIMEOUT_MS), started by the first stop signal. A stop
  * still running then waits on a dependency that does not answer (librdkafka's close
@@ -229,7 +230,7 @@ st_err_t st_service_prepare(st_service_t *svc, st_errbuf_t *eb)
         PGconn *conn = NULL;
         st_err_t err = st_pg_connect(svc->cfg.pg_dsn, "strand-migrate", &conn, eb);
         if (err == ST_OK) {
-            err = st_pg_migrate(conn, eb);
+            err = st_schema_migrate(conn, eb);
             PQfinish(conn);
         }
         if (err == ST_OK)

@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "strand/history.h"
-#include "strand/kafka.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
+#include "strand/topics.h"
 #include "strand/util.h"
 
 static const char *const sql_work_insert =

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strand/kafka.h"
 #include "strand/metrics.h"
 #include "strand/outbox.h"
 #include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
+#include "strand/topics.h"
 #include "strand/util.h"
 
 #define NOTICE_MAX_TEXT 8000

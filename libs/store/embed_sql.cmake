@@ -3,7 +3,7 @@
 # Invoked at build time as: cmake -DSQL_DIR=... -DOUT=... -P embed_sql.cmake
 file(GLOB sql_files ${SQL_DIR}/*.sql)
 list(SORT sql_files)
-set(body "/* Generated from libs/common/sql by embed_sql.cmake; do not edit. */\n#include \"strand/pg.h\"\n")
+set(body "/* Generated from libs/store/sql by embed_sql.cmake; do not edit. */\n#include \"strand/schema.h\"\n")
 set(table "const st_migration_t st_migrations[] = {\n")
 set(i 0)
 foreach(f ${sql_files})
