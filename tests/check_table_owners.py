@@ -3,8 +3,10 @@
 
 Scans the C sources under services/ and libs/ for SQL that writes a strand.* table
 (INSERT INTO, UPDATE, DELETE FROM, TRUNCATE) and fails when a table listed in
-tests/table_owners.txt is written outside its owner's files, or when a table that is
-not listed there is written at all (a new table gets its owner with its first write).
+tests/table_owners.txt is written outside its owner's files, when a table that is
+not listed there is written at all (a new table gets its owner with its first write),
+or when an owner's file is outside libs/store/ (the store layer holds every table's
+owner: docs/architecture.md, "Layers").
 
 Usage: tests/check_table_owners.py [REPO_ROOT]   exit 0 when every table is clean.
 """
@@ -49,6 +51,11 @@ def main():
             writers[m.group(2).lower()][rel] += 1
     bad = 0
     for table in sorted(owners):
+        outside = sorted(f for f in owners[table] if not f.startswith('libs/store/'))
+        if outside:
+            bad += 1
+            print(f'{table}: owned by {" ".join(outside)}, outside libs/store/: '
+                  f'table owners live in the store layer')
         strays = {f: n for f, n in writers.get(table, {}).items() if f not in owners[table]}
         if strays:
             bad += 1

@@ -26,9 +26,6 @@ typedef struct st_api st_api_t;
 
 /* ---- commands (api_commands: instances.c, signals.c, tasks.c) ---------------------- */
 
-/* True for an instance status that is final: completed, failed, cancelled, terminated. */
-int st_api_status_ended(const char *status);
-
 /* Every command: `who` is the authenticated caller, `id` the path id (instance or
  * task; NULL where none), `args` the request object (borrowed). Commands authorise
  * `who` themselves (403 problem). Expects no transaction open on `conn`. */

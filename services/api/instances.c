@@ -78,12 +78,6 @@ static st_err_t reuse_terminate_tx(PGconn *conn, const char *id, st_errbuf_t *eb
     return err;
 }
 
-int st_api_status_ended(const char *status)
-{
-    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
-}
-
 /* A process started with a process id (business_ref) follows its definition's ID reuse
  * `policy` (empty: not a process) against earlier runs of the same definition with
  * that id, inside the start's transaction (serialised per id by an advisory lock). Returns ST_OK with out->status
@@ -103,7 +97,7 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         return err;
     int n = PQntuples(res), running = 0;
     for (int i = 0; i < n; i++)
-        running += !st_api_status_ended(PQgetvalue(res, i, 1));
+        running += !st_instance_status_ended(PQgetvalue(res, i, 1));
     const char *refusal = NULL;
     if (strcmp(policy, "disallow_reuse") == 0 && n > 0)
         refusal = "this process id was used before and the definition's id_reuse_policy is disallow_reuse";
@@ -119,7 +113,7 @@ static st_err_t reuse_check_tx(PGconn *conn, const char *definition, const char 
         return ST_OK;
     }
     for (int i = 0; i < n && err == ST_OK; i++) {
-        if (st_api_status_ended(PQgetvalue(res, i, 1)))
+        if (st_instance_status_ended(PQgetvalue(res, i, 1)))
             continue;
         const char *h_params[] = {PQgetvalue(res, i, 0), new_id};
         err = reuse_terminate_tx(conn, PQgetvalue(res, i, 0), eb);
@@ -214,7 +208,7 @@ static int view_moved(const st_answer_t *view, long long after_version)
 {
     const char *status = json_string_value(json_object_get(view->body, "status"));
     long long version = json_integer_value(json_object_get(view->body, "state_version"));
-    return (status != NULL && st_api_status_ended(status)) || version > after_version;
+    return (status != NULL && st_instance_status_ended(status)) || version > after_version;
 }
 
 int st_api_instance_view(st_api_t *api, const char *instance_id, long long after_version,

@@ -22,6 +22,7 @@
 #include "command_pool.h"
 #include "strand/audit.h"
 #include "strand/definition_pause.h"
+#include "strand/instance_store.h"
 #include "strand/pg.h"
 #include "strand/signal.h"
 #include "strand/util.h"
@@ -95,7 +96,7 @@ static const char *not_applicable(st_signal_type_t type, const char *status, int
 {
     if (type == ST_SIGNAL_PAUSE)
         return strcmp(status, "paused") == 0 ? "the instance is paused already"
-               : st_api_status_ended(status) ? "the instance has ended"
+               : st_instance_status_ended(status) ? "the instance has ended"
                                              : NULL;
     if (type == ST_SIGNAL_RESUME)
         return strcmp(status, "paused") != 0 ? "the instance is not paused" : NULL;

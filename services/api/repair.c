@@ -21,6 +21,7 @@
 #include "permissions.h"
 #include "strand/audit.h"
 #include "strand/engine.h"
+#include "strand/instance_store.h"
 #include "strand/kafka.h"
 #include "strand/notice.h"
 #include "strand/pg.h"
@@ -190,7 +191,7 @@ static void repair_verb(PGconn *conn, const st_principal_t *who, const char *id,
         st_answer_problem(out, 409, "version_mismatch", "expected_version is not the instance's current "
                           "state_version: read the instance again", "/expected_version",
                           json_pack("{s:I}", "state_version", (json_int_t)current));
-    } else if (st_api_status_ended(status) && !(strcmp(status, "failed") == 0 &&
+    } else if (st_instance_status_ended(status) && !(strcmp(status, "failed") == 0 &&
                                                 (verb == ST_REPAIR_RETRY || verb == ST_REPAIR_PATCH_VARIABLES))) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s does not apply to a %s instance", st_repair_verb_name(verb), status);

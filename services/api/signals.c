@@ -15,6 +15,7 @@
 #include "api.h"
 #include "strand/audit.h"
 #include "strand/engine.h"
+#include "strand/instance_store.h"
 #include "strand/pg.h"
 #include "strand/request.h"
 #include "strand/signal.h"
@@ -126,7 +127,7 @@ static int instance_open(PGconn *conn, const char *id, st_answer_t *out)
     int ok = 0;
     if (PQntuples(res) == 0)
         st_answer_problem(out, 404, "instance_not_found", "no such instance", NULL, NULL);
-    else if (st_api_status_ended(PQgetvalue(res, 0, 0)))
+    else if (st_instance_status_ended(PQgetvalue(res, 0, 0)))
         st_answer_problem(out, 409, "instance_ended", "the instance has already ended", NULL,
                           NULL);
     else

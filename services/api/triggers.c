@@ -144,7 +144,7 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
     if ((err = st_pg_exec(conn, sql_ref_instance, 2, find_params, &res, &eb)) != ST_OK)
         goto done;
     int found = PQntuples(res) == 1;
-    int ended = found && st_api_status_ended(PQgetvalue(res, 0, 1));
+    int ended = found && st_instance_status_ended(PQgetvalue(res, 0, 1));
     if (found && !ended && version_text[0] && strcmp(version_text, PQgetvalue(res, 0, 2)) != 0) {
         char msg[200];
         snprintf(msg, sizeof msg, "the reference's running instance runs version %s; send no version"

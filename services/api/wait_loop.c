@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "strand/hint.h"
+#include "strand/instance_store.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
 #include "strand/pg.h"
@@ -162,7 +163,7 @@ static void on_recheck(evutil_socket_t fd, short what, void *arg)
     free(versions);
     for (int row = 0; res != NULL && row < PQntuples(res); row++) {
         int gone = PQgetisnull(res, row, 1) || PQgetisnull(res, row, 2);
-        if (gone || st_api_status_ended(PQgetvalue(res, row, 1)) ||
+        if (gone || st_instance_status_ended(PQgetvalue(res, row, 1)) ||
             atoll(PQgetvalue(res, row, 2)) > atoll(PQgetvalue(res, row, 3)))
             instance_changed(w, PQgetvalue(res, row, 0), w->m_woken_recheck);
     }

@@ -155,14 +155,10 @@ static void free_req_parts(st_http_req_t *req)
     req->query_parsed = 0;
 }
 
-void st_http_req_mark_gone(st_http_req_t *req)
-{
-    req->gone = 1;
-}
-
 static void on_connection_closed(struct evhttp_connection *conn, void *arg)
 {
-    st_http_req_mark_gone(arg);
+    st_http_req_t *req = arg;
+    req->gone = 1;
 }
 
 st_http_req_t *st_http_defer(st_http_req_t *req)
@@ -182,8 +178,10 @@ st_http_req_t *st_http_defer(st_http_req_t *req)
     req->nparams = 0;           /* the copy owns the parameters now */
     req->query_parsed = 0;
     st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
-    if (conn != NULL)
-        conn->deferred = copy;  /* the edge's close callback marks it gone */
+    if (conn != NULL) {         /* the edge's close callback marks it gone */
+        conn->deferred = copy;
+        conn->deferred_gone = &copy->gone;
+    }
     else                        /* the edge never saw the connection (out of memory) */
         evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev),
                                       on_connection_closed, copy);
@@ -551,8 +549,10 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
     evbuffer_add(out, data, len);
     if (req->on_heap) {
         st_edge_conn_t *conn = st_edge_conn_of(req->edge, req->ev);
-        if (conn != NULL && conn->deferred == req)
+        if (conn != NULL && conn->deferred == req) {
             conn->deferred = NULL;
+            conn->deferred_gone = NULL;
+        }
         else if (conn == NULL)
             evhttp_connection_set_closecb(evhttp_request_get_connection(req->ev), NULL, NULL);
     }

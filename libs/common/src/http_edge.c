@@ -97,7 +97,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     if (fd < 0 || fd >= edge->nconns || edge->conns[fd].bev != bev)
         return;
     if (edge->conns[fd].deferred != NULL)
-        st_http_req_mark_gone(edge->conns[fd].deferred);
+        *edge->conns[fd].deferred_gone = 1;   /* the client of the parked request left */
     if (edge->conns[fd].hold != NULL)
         evbuffer_free(edge->conns[fd].hold);
     memset(&edge->conns[fd], 0, sizeof edge->conns[fd]);

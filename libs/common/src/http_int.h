@@ -14,6 +14,8 @@
 
 #include "strand/err.h"
 
+/* Opaque here: the edge only compares it, and sets the flag http.c registered beside
+ * it (deferred_gone), so the edge calls nothing of http.c. */
 struct st_http_req;
 
 /* What the edge decided about one connection (indexed by its socket). */
@@ -27,7 +29,8 @@ typedef struct st_edge_conn {
     int refused_status;        /* EDGE_REFUSED: the problem to answer */
     const char *refused_code;  /* static strings */
     const char *refused_message;
-    struct st_http_req *deferred;   /* a parked request to mark gone on close */
+    struct st_http_req *deferred;   /* a parked request (http.c's), or NULL */
+    int *deferred_gone;        /* its flag, set to 1 when the connection closes */
     struct evbuffer *hold;     /* a partial head, kept from evhttp until complete; owned */
 } st_edge_conn_t;
 
@@ -60,8 +63,5 @@ int st_edge_set_head_limit(st_edge_t *edge, int max_head_bytes);
 void st_edge_close(st_edge_t *edge);
 /* The edge state of the connection carrying `ev`, or NULL. Borrowed. */
 st_edge_conn_t *st_edge_conn_of(st_edge_t *edge, struct evhttp_request *ev);
-
-/* Implemented by http.c: the client of a deferred request went away. */
-void st_http_req_mark_gone(struct st_http_req *req);
 
 #endif

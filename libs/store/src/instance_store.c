@@ -59,6 +59,12 @@ static void instance_params(const st_instance_new_t *inst, const char *params[8]
     params[7] = inst->lifecycle ? "true" : "false";
 }
 
+int st_instance_status_ended(const char *status)
+{
+    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
+}
+
 st_err_t st_instance_add_tx(PGconn *conn, const st_instance_new_t *inst, st_errbuf_t *eb)
 {
     const char *params[8];

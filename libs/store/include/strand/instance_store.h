@@ -15,6 +15,9 @@
 
 /* ---- arch2: the existing writes, moved here ---------------------------------------- */
 
+/* True for an instance status that is final: completed, failed, cancelled, terminated. */
+int st_instance_status_ended(const char *status);
+
 /* A new instance, status pending, with its runtime state at version 0. Every string
  * is borrowed; NULL leaves the column NULL (input_json NULL: {}). */
 typedef struct st_instance_new {
