@@ -1,8 +1,9 @@
 /*
- * definitions.c - import, validate, list and get workflow definitions.
- * Writes strand.definitions only. Definitions are immutable: re-importing the same
- * (name, version) with the same canonical form is a no-op (200); with a different
- * one it is refused (409).
+ * definitions.c - import, validate, list and get workflow definitions (HTTP).
+ * Definitions are immutable: re-importing the same (name, version) with the same
+ * canonical form is a no-op (200); with a different one it is refused (409). The SQL of
+ * strand.definitions and of a lifecycle's lc_* rows is in their owner,
+ * strand/definition_store.h; this file compiles, checks and answers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,50 +16,9 @@
 #include "strand/result_schema.h"
 #include "strand/engine.h"
 #include "strand/definition_pause.h"
+#include "strand/definition_store.h"
 #include "strand/pg.h"
 #include "strand/util.h"
-
-static const char *const sql_definition_insert =
-    "INSERT INTO strand.definitions (name, version, kind, source, canonical)"
-    " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb) ON CONFLICT (name, version) DO NOTHING"
-    " RETURNING 1";
-static const char *const sql_definition_same =
-    "SELECT canonical = $3::jsonb FROM strand.definitions WHERE name = $1 AND version = $2";
-static const char *const sql_definition_list =
-    "SELECT name, version, kind, created_at FROM strand.definitions"
-    " WHERE ($1::text IS NULL OR (name, version) > ($1::text, $2::int))"
-    "   AND ($4::text IS NULL OR kind = $4)"
-    "   AND ($5::text IS NULL OR starts_with(name, $5))"
-    " ORDER BY name, version LIMIT $3::int";
-static const char *const sql_definition_get =
-    "SELECT name, version, kind, source::text, canonical::text, created_at"
-    " FROM strand.definitions WHERE name = $1 AND ($2::int IS NULL OR version = $2::int)"
-    " ORDER BY version DESC LIMIT 1";
-
-/* Writes a lifecycle blueprint's normalised rows (lc_* tables) inside the import's
- * transaction, from the canonical JSON in one statement per table. */
-static st_err_t store_blueprint_tx(PGconn *conn, const char *name, const char *version,
-                                   const char *canonical, st_errbuf_t *eb)
-{
-    static const char *const sql[] = {
-        "INSERT INTO strand.lc_states SELECT $1, $2::int, s->>'name', coalesce((s->>'final')::boolean, false),"
-        " s->>'name' = ($3::jsonb)->>'initial', s->'timeout' FROM jsonb_array_elements(($3::jsonb)->'states') s",
-        "INSERT INTO strand.lc_events SELECT DISTINCT $1, $2::int, e FROM jsonb_array_elements_text(($3::jsonb)->'events') e",
-        "INSERT INTO strand.lc_transitions SELECT $1, $2::int, t->>'from', t->>'event', t->>'to'"
-        " FROM jsonb_array_elements(($3::jsonb)->'transitions') t",
-        "INSERT INTO strand.lc_routes SELECT $1, $2::int, r.key, r.value->'consumers',"
-        " r.key = ($3::jsonb)->>'transition_route' FROM jsonb_each(($3::jsonb)->'routes') r",
-        "INSERT INTO strand.lc_hooks SELECT $1, $2::int, p.ord - 1, h.ord - 1, p.v->'when'->>'from',"
-        " p.v->'when'->>'to', p.v->'when'->>'event', h.v->>'code', h.v->>'route', coalesce(h.v->'payload', '{}')"
-        " FROM jsonb_array_elements(coalesce(($3::jsonb)->'policies', '[]')) WITH ORDINALITY p(v, ord),"
-        " jsonb_array_elements(p.v->'hooks') WITH ORDINALITY h(v, ord)",
-    };
-    const char *params[] = {name, version, canonical};
-    st_err_t err = ST_OK;
-    for (size_t i = 0; err == ST_OK && i < sizeof sql / sizeof sql[0]; i++)
-        err = st_pg_exec(conn, sql[i], 3, params, NULL, eb);
-    return err;
-}
 
 /* Appends a problem for every task step whose result_schema is not a schema of the
  * supported subset (result_schema.h), walking the document below `pointer`. */
@@ -152,18 +112,15 @@ static void handle_import(st_http_req_t *req, void *ctx)
     char *source = json_dumps(doc, JSON_COMPACT);
     char *canonical = json_dumps(st_defn_canonical(defn), JSON_COMPACT);
     json_decref(doc);
-    char version[16];
-    snprintf(version, sizeof version, "%d", st_defn_version(defn));
-    const char *params[] = {st_defn_name(defn), version, st_defn_kind(defn), source, canonical};
+    const st_definition_new_t def = {st_defn_name(defn), st_defn_version(defn),
+                                     st_defn_kind(defn), source, canonical};
     st_errbuf_t eb;
-    PGresult *res = NULL;
+    int inserted = 0, same = 0;
     PGconn *conn = st_api_conn_or_reply(api, req);
     /* One transaction: the definition row and, for a blueprint, its normalised rows. */
     st_err_t err = conn ? st_pg_begin(conn, &eb) : ST_ERR_DB;
     if (err == ST_OK)
-        err = st_pg_exec(conn, sql_definition_insert, 5, params, &res, &eb);
-    if (err == ST_OK && PQntuples(res) == 1 && strcmp(st_defn_kind(defn), "lifecycle") == 0)
-        err = store_blueprint_tx(conn, params[0], version, canonical, &eb);
+        err = st_definition_add_tx(conn, &def, &inserted, &eb);
     if (err == ST_OK)
         err = st_pg_commit(conn, &eb);
     if (conn != NULL && err != ST_OK)
@@ -172,31 +129,24 @@ static void handle_import(st_http_req_t *req, void *ctx)
         /* answered by st_api_conn */
     } else if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
+    } else if (inserted) {
+        st_http_reply_json(req, 201, json_pack("{s:s, s:i, s:s, s:b}", "name",
+                                               st_defn_name(defn), "version",
+                                               st_defn_version(defn), "kind",
+                                               st_defn_kind(defn), "created", 1));
+    } else if ((err = st_definition_same(conn, def.name, def.version, canonical, &same, &eb)) !=
+               ST_OK) {
+        st_api_reply_error(req, err, &eb);
+    } else if (same) {
+        st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:b}", "name",
+                                               st_defn_name(defn), "version",
+                                               st_defn_version(defn), "kind",
+                                               st_defn_kind(defn), "created", 0));
     } else {
-        int inserted = PQntuples(res) == 1;
-        PQclear(res);
-        res = NULL;
-        const char *same_params[] = {params[0], params[1], canonical};
-        if (inserted) {
-            st_http_reply_json(req, 201, json_pack("{s:s, s:i, s:s, s:b}", "name",
-                                                   st_defn_name(defn), "version",
-                                                   st_defn_version(defn), "kind",
-                                                   st_defn_kind(defn), "created", 1));
-        } else if ((err = st_pg_exec(conn, sql_definition_same, 3, same_params, &res, &eb)) !=
-                   ST_OK) {
-            st_api_reply_error(req, err, &eb);
-        } else if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0) {
-            st_http_reply_json(req, 200, json_pack("{s:s, s:i, s:s, s:b}", "name",
-                                                   st_defn_name(defn), "version",
-                                                   st_defn_version(defn), "kind",
-                                                   st_defn_kind(defn), "created", 0));
-        } else {
-            st_http_reply_problem(req, 409, "definition_exists",
-                                  "this name and version already exist with different content;"
-                                  " definitions are immutable, import a new version",
-                                  "/version", NULL);
-        }
-        PQclear(res);
+        st_http_reply_problem(req, 409, "definition_exists",
+                              "this name and version already exist with different content;"
+                              " definitions are immutable, import a new version",
+                              "/version", NULL);
     }
     free(source);
     free(canonical);
@@ -237,13 +187,11 @@ static void handle_list(st_http_req_t *req, void *ctx)
     PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
-    char limit_text[16];
-    snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *params[] = {cursor_name, cursor_name ? cursor_version : NULL, limit_text, kind,
-                            name_prefix != NULL && name_prefix[0] != '\0' ? name_prefix : NULL};
+    const char *prefix = name_prefix != NULL && name_prefix[0] != '\0' ? name_prefix : NULL;
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_definition_list, 5, params, &res, &eb);
+    st_err_t err = st_definition_list(conn, cursor_name, cursor_version, limit, kind, prefix,
+                                      &res, &eb);
     if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
         return;
@@ -284,10 +232,9 @@ static void handle_get(st_http_req_t *req, void *ctx)
     PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
         return;
-    const char *params[] = {st_http_param(req, "name"), version};
     st_errbuf_t eb;
     PGresult *res = NULL;
-    st_err_t err = st_pg_exec(conn, sql_definition_get, 2, params, &res, &eb);
+    st_err_t err = st_definition_find(conn, st_http_param(req, "name"), version, &res, &eb);
     if (err != ST_OK) {
         st_api_reply_error(req, err, &eb);
         return;
@@ -329,8 +276,6 @@ static void handle_schema(st_http_req_t *req, void *ctx)
     st_http_reply_text(req, 200, "application/schema+json", st_definition_schema_json);
 }
 
-static const char *const sql_definition_canonical =
-    "SELECT canonical::text FROM strand.definitions WHERE name = $1 AND version = $2::int";
 static const char *const sql_diagram_instance =
     "SELECT i.definition_name, i.definition_version, rs.snapshot::text,"
     " (SELECT coalesce(jsonb_agg(t.name ORDER BY t.completed_at), '[]')::text FROM strand.tasks t"
@@ -350,8 +295,7 @@ static void cmd_diagram(PGconn *conn, const st_principal_t *who, const char *unu
     const char *instance = json_string_value(json_object_get(args, "instance"));
     st_errbuf_t eb;
     PGresult *res = NULL, *ires = NULL;
-    const char *params[] = {name, version};
-    st_err_t err = st_pg_exec(conn, sql_definition_canonical, 2, params, &res, &eb);
+    st_err_t err = st_definition_find_canonical(conn, name, version, &res, &eb);
     if (err == ST_OK && instance != NULL) {
         const char *iparams[] = {instance};
         err = st_pg_exec(conn, sql_diagram_instance, 1, iparams, &ires, &eb);

@@ -1,4 +1,5 @@
-/* signal_buffer.c - the owner of strand.signal_buffer (see signal_buffer.h). */
+/* signal_buffer.c - what the executor does with signals an instance cannot take now (see
+ * signal_buffer.h); the table's SQL is in strand/signal_buffer_store.h. */
 #include "signal_buffer.h"
 
 #include <jansson.h>
@@ -9,7 +10,7 @@
 #include "strand/dedup.h"
 #include "strand/history.h"
 #include "strand/log.h"
-#include "strand/pg.h"
+#include "strand/signal_buffer_store.h"
 #include "strand/util.h"
 
 /* Queues a timeline entry (strand.history's owner: history.c); steals `detail`. */
@@ -21,23 +22,13 @@ static st_err_t history_steal_tx(PGconn *conn, const char *instance_id, const ch
     return err;
 }
 
-static const char *const sql_buffer_insert =
-    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload)"
-    " VALUES ($1::uuid, $2, $3, $4::jsonb)";
-/* $2 = a JSON array of the signal names the instance waits for; "*" takes any name. */
-static const char *const sql_buffer_take =
-    "DELETE FROM strand.signal_buffer WHERE id = (SELECT id FROM strand.signal_buffer"
-    " WHERE instance_id = $1::uuid AND envelope IS NULL AND ($2::jsonb ? '*' OR name IN"
-    " (SELECT jsonb_array_elements_text($2::jsonb))) ORDER BY id LIMIT 1 FOR UPDATE)"
-    " RETURNING signal_id, payload::text, name";
-
 /* Keeps a named signal the instance does not wait for yet (or that arrived before it
  * started); it is delivered when the instance waits for that name. */
 st_err_t st_signal_buffer_keep_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
 {
     char *payload = sig->payload ? json_dumps(sig->payload, JSON_COMPACT) : strdup("{}");
-    const char *params[] = {sig->instance_id, sig->name, sig->signal_id, payload};
-    st_err_t err = st_pg_exec(conn, sql_buffer_insert, 4, params, NULL, eb);
+    st_err_t err = st_signal_buffer_add_named_tx(conn, sig->instance_id, sig->name, sig->signal_id,
+                                                 payload, eb);
     free(payload);
     if (err == ST_OK)
         err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
@@ -48,21 +39,6 @@ st_err_t st_signal_buffer_keep_tx(PGconn *conn, const st_signal_t *sig, st_errbu
     return err;
 }
 
-
-st_err_t st_signal_buffer_take_tx(PGconn *conn, const char *instance_id, const char *names_json,
-                                  PGresult **row, st_errbuf_t *eb)
-{
-    const char *params[] = {instance_id, names_json};
-    return st_pg_exec(conn, sql_buffer_take, 2, params, row, eb);
-}
-
-static const char *const sql_hold_insert =
-    "INSERT INTO strand.signal_buffer (instance_id, name, signal_id, payload, envelope)"
-    " VALUES ($1::uuid, $2, $3, '{}', $4::bytea)";
-static const char *const sql_held_take =
-    "WITH d AS (DELETE FROM strand.signal_buffer WHERE instance_id = $1::uuid"
-    "   AND envelope IS NOT NULL RETURNING id, envelope)"
-    " SELECT envelope FROM d ORDER BY id";
 st_err_t st_signal_buffer_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb)
 {
     uint8_t *buf = NULL;
@@ -70,11 +46,9 @@ st_err_t st_signal_buffer_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbu
     st_err_t err = st_signal_encode(sig, &buf, &len, eb);
     if (err != ST_OK)
         return err;
-    const char *params[] = {sig->instance_id, sig->name[0] ? sig->name : st_signal_type_name(sig->type),
-                            sig->signal_id, (const char *)buf};
-    const int lengths[] = {0, 0, 0, (int)len};
-    const int formats[] = {0, 0, 0, 1};
-    err = st_pg_exec_bin(conn, sql_hold_insert, 4, params, lengths, formats, NULL, eb);
+    err = st_signal_buffer_add_held_tx(conn, sig->instance_id,
+                                       sig->name[0] ? sig->name : st_signal_type_name(sig->type),
+                                       sig->signal_id, buf, len, eb);
     free(buf);
     if (err == ST_OK)
         err = st_dedup_set_outcome_tx(conn, sig->signal_id, "buffered", eb);
@@ -89,10 +63,9 @@ st_err_t st_signal_buffer_hold_tx(PGconn *conn, const st_signal_t *sig, st_errbu
 st_err_t st_signal_buffer_release_held_tx(PGconn *conn, const char *instance_id, int *released,
                                    st_errbuf_t *eb)
 {
-    const char *params[] = {instance_id};
     PGresult *res = NULL;
     *released = 0;
-    st_err_t err = st_pg_exec_format(conn, sql_held_take, 1, params, NULL, NULL, 1, &res, eb);
+    st_err_t err = st_signal_buffer_take_held_tx(conn, instance_id, &res, eb);
     for (int i = 0; err == ST_OK && i < PQntuples(res); i++) {
         st_signal_t sig;
         if (st_signal_decode(PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0), &sig, eb) != ST_OK) {

@@ -1,9 +1,12 @@
 /*
- * signal_buffer.h - the owner of strand.signal_buffer: signals an instance cannot take
- * now. Two kinds of row: a named signal that arrived before the instance waited for its
- * name (kept, then fed in by the wake-up that waits for it: wakeup.c's drain), and a
- * whole envelope kept while the instance or its definition version is paused (sent
- * again on resume: pause.c). Every function takes the caller's open transaction.
+ * signal_buffer.h - what the executor does with signals an instance cannot take now.
+ * Two kinds: a named signal that arrived before the instance waited for its name (kept,
+ * then fed in by the wake-up that waits for it: wakeup.c's drain, which takes it with
+ * st_signal_buffer_take_tx()), and a whole envelope kept while the instance or its
+ * definition version is paused (sent again on resume: pause.c). Keeping one also records
+ * its dedup outcome and a history entry. The rows live in strand.signal_buffer, whose
+ * owner (its SQL) is libs/store's strand/signal_buffer_store.h, included here. Every
+ * function takes the caller's open transaction.
  */
 #ifndef STRAND_EXECUTOR_SIGNAL_BUFFER_H
 #define STRAND_EXECUTOR_SIGNAL_BUFFER_H
@@ -12,16 +15,11 @@
 
 #include "strand/err.h"
 #include "strand/signal.h"
+#include "strand/signal_buffer_store.h"   /* st_signal_buffer_take_tx() */
 
 /* Keeps named signal `sig` for later: records its id as buffered and a history entry
  * "signal_buffered". */
 st_err_t st_signal_buffer_keep_tx(PGconn *conn, const st_signal_t *sig, st_errbuf_t *eb);
-
-/* Takes (deletes) the oldest kept named signal of `instance_id` whose name is in
- * `names_json` (a JSON array of names; "*" takes any): *row (caller PQclear()s) has
- * zero rows or one: signal_id, payload (JSON text), name. */
-st_err_t st_signal_buffer_take_tx(PGconn *conn, const char *instance_id, const char *names_json,
-                                  PGresult **row, st_errbuf_t *eb);
 
 /* Keeps `sig` (whole envelope) in strand.signal_buffer because its instance or its
  * definition version is paused; records the signal id as buffered and a history entry
