@@ -57,9 +57,9 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
     const char *outcome = outcome_json ? json_string_value(outcome_json) : "ok";
     const json_t *retry = json_object_get(args, "retry_at_ms");
     const json_t *result = json_object_get(args, "result");
-    int bad_text = 0;
-    const char *message = optional_string(args, "message", &bad_text);
-    const char *error = optional_string(args, "error", &bad_text);
+    int bad_message = 0, bad_error = 0;
+    const char *message = optional_string(args, "message", &bad_message);
+    const char *error = optional_string(args, "error", &bad_error);
     const char *field = NULL, *problem = NULL;
     if (!st_uuid_valid(guid))
         field = "/ack_guid", problem = "ack_guid must be a UUID";
@@ -76,8 +76,9 @@ void st_cmd_ack(PGconn *conn, const st_principal_t *who, const char *unused_id,
                                           "epoch) no later than 9999-12-31";
     else if (result != NULL && !json_is_null(result) && !json_is_object(result))
         field = "/result", problem = "result must be a JSON object";
-    else if (bad_text)
-        field = "/message", problem = "message and error must be strings of at most 2000 characters";
+    else if (bad_message || bad_error)
+        field = bad_message ? "/message" : "/error",
+        problem = "message and error must be strings of at most 2000 characters";
     if (field != NULL) {
         st_answer_problem(out, 400, "invalid_field", problem, field, NULL);
         return;

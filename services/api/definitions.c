@@ -349,14 +349,21 @@ static void cmd_diagram(PGconn *conn, const st_principal_t *who, const char *unu
     PQclear(ires);
 }
 
+/* What a diagram opened on its own (a link, a saved file served back) may do: draw,
+ * with its inline styles, and nothing else: no script, nothing fetched. The console
+ * inlines the SVG text into its own page, where the console's policy applies. */
+#define DIAGRAM_CSP "default-src 'none'; style-src 'unsafe-inline'"
+
 /* Sends a drawn diagram as SVG; any other answer (a problem) as it is. */
 static void diagram_then(st_http_req_t *req, st_answer_t *answer, void *ctx)
 {
     const char *svg = json_string_value(json_object_get(answer->body, "svg"));
-    if (answer->status == 200 && svg != NULL)
+    if (answer->status == 200 && svg != NULL) {
+        st_http_add_header(req, "Content-Security-Policy", DIAGRAM_CSP);
         st_http_reply_text(req, 200, "image/svg+xml", svg);
-    else
+    } else {
         st_api_reply(req, answer);
+    }
     free(ctx);
 }
 

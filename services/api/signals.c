@@ -165,6 +165,12 @@ static void raise_on_instance(PGconn *conn, const st_principal_t *who, const cha
     json_t *payload = NULL;
     if (!parse_signal_args(args, type == ST_SIGNAL_EXTERNAL, &name, &payload, &request_id, out))
         return;
+    json_t *reason = json_object_get(args, "reason");
+    if (type != ST_SIGNAL_EXTERNAL && reason != NULL && !json_is_null(reason) &&
+        !json_is_string(reason)) {
+        st_answer_problem(out, 400, "invalid_field", "reason must be a string", "/reason", NULL);
+        return;
+    }
     if (!instance_open(conn, id, out)) {
         /* A retry of a request that was accepted gets the same answer after the instance
          * ended too (the first may have ended it): 200 duplicate, not 409. */
@@ -177,7 +183,6 @@ static void raise_on_instance(PGconn *conn, const st_principal_t *who, const cha
     if (name != NULL)
         snprintf(sig.name, sizeof sig.name, "%s", name);
     sig.payload = payload ? json_deep_copy(payload) : json_object();
-    json_t *reason = json_object_get(args, "reason");
     if (json_is_string(reason))
         json_object_set(sig.payload, "reason", reason);
     if (type == ST_SIGNAL_EXTERNAL) {

@@ -1,6 +1,7 @@
 /*
  * triggers.c - lifecycle triggers: {definition, version?, external_ref, event,
- * request_id, actor?, payload?}.
+ * request_id, actor?, payload?}; `actor` (a string; default: the caller) is who the
+ * transition names.
  *
  * One transaction, serialised per (definition, external_ref) by an advisory lock:
  *  1. the request_id is looked up per (definition, external_ref) (request.h); a repeat
@@ -48,48 +49,47 @@ static const char *const sql_ref_instance =
 static const char *const sql_lock_ref =
     "SELECT pg_advisory_xact_lock(hashtext($1))";
 
-static const char *string_arg(const json_t *args, const char *key, size_t max, int *bad)
+/* Reads member `key` into *out: a string of 1 to `max` bytes, or NULL when absent or
+ * null. Returns 0 when it is present but not such a string, or absent and `required`. */
+static int string_arg(const json_t *args, const char *key, size_t max, int required,
+                      const char **out)
 {
     const json_t *v = json_object_get(args, key);
+    *out = NULL;
     if (v == NULL || json_is_null(v))
-        return NULL;
-    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max) {
-        *bad = 1;
-        return NULL;
-    }
-    return json_string_value(v);
+        return !required;
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > max)
+        return 0;
+    *out = json_string_value(v);
+    return 1;
 }
 
 void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_id,
                     const json_t *args, st_answer_t *out)
 {
-    int bad = 0;
-    const char *definition = string_arg(args, "definition", 120, &bad);
-    const char *ref = string_arg(args, "external_ref", 256, &bad);
-    const char *event = string_arg(args, "event", 120, &bad);
-    const char *request_id = string_arg(args, "request_id", 256, &bad);
+    const char *definition = NULL, *ref = NULL, *event = NULL, *request_id = NULL, *actor = NULL;
     const json_t *version = json_object_get(args, "version");
     const json_t *payload = json_object_get(args, "payload");
-    const char *field = NULL;
-    if (bad || definition == NULL)
-        field = definition == NULL ? "/definition" : "/external_ref";
-    if (field == NULL && ref == NULL)
-        field = "/external_ref";
-    if (field == NULL && event == NULL)
-        field = "/event";
-    if (field == NULL && request_id == NULL)
-        field = "/request_id";
+    /* the first field at fault is the one named */
+    const char *field = !string_arg(args, "definition", 120, 1, &definition)    ? "/definition"
+                        : !string_arg(args, "external_ref", 256, 1, &ref)       ? "/external_ref"
+                        : !string_arg(args, "event", 120, 1, &event)            ? "/event"
+                        : !string_arg(args, "request_id", 256, 1, &request_id) ? "/request_id"
+                        : !string_arg(args, "actor", 256, 0, &actor)            ? "/actor"
+                                                                                : NULL;
     if (field == NULL && version != NULL && !json_is_null(version) &&
         (!json_is_integer(version) || json_integer_value(version) < 1 ||
          json_integer_value(version) > INT32_MAX))
         field = "/version";
     if (field == NULL && payload != NULL && !json_is_null(payload) && !json_is_object(payload))
         field = "/payload";
-    if (field != NULL || bad) {
+    if (field != NULL) {
         st_answer_problem(out, 400, "invalid_field",
-                          "definition, external_ref, event and request_id are required strings;"
-                          " version is a positive integer of at most 2147483647; payload an object",
-                          field ? field : "", NULL);
+                          "definition and event (at most 120 characters), external_ref and"
+                          " request_id (at most 256) are required non-empty strings; actor, if"
+                          " given, a non-empty string of at most 256 characters; version a"
+                          " positive integer of at most 2147483647; payload an object",
+                          field, NULL);
         return;
     }
     st_errbuf_t limit_eb;
@@ -206,7 +206,7 @@ void st_cmd_trigger(PGconn *conn, const st_principal_t *who, const char *unused_
     st_signal_init(&sig, ST_SIGNAL_EXTERNAL, id, -1);
     snprintf(sig.name, sizeof sig.name, "%s", event);
     sig.payload = json_pack("{s:s, s:s, s:s, s:o}", "request_id", request_id, "external_ref", ref,
-                            "actor", json_string_value(json_object_get(args, "actor")) ?: who->name,
+                            "actor", actor ? actor : who->name,
                             "payload", json_is_object(payload) ? json_deep_copy(payload) : json_object());
     if ((err = st_signal_enqueue_tx(conn, &sig, &eb)) != ST_OK || (err = st_pg_commit(conn, &eb)) != ST_OK)
         goto done;

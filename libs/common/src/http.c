@@ -5,6 +5,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,128 @@ static void allowed_methods(const st_http_server_t *srv, const char *path, char 
     allow_add(allow, len, "OPTIONS");
 }
 
+/* True when the `len` bytes at `s` are well-formed UTF-8 (RFC 3629): no overlong forms
+ * (C0 AF for "/"), no surrogates (ED A0..BF), nothing above U+10FFFF, no sequence cut
+ * short. PostgreSQL refuses any other text parameter, and jansson any other string. */
+static int utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n;
+        unsigned char lo = 0x80, hi = 0xbf;   /* the range of the second byte */
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            if (c == 0xe0)
+                lo = 0xa0;   /* overlong */
+            else if (c == 0xed)
+                hi = 0x9f;   /* surrogates */
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            if (c == 0xf0)
+                lo = 0x90;   /* overlong */
+            else if (c == 0xf4)
+                hi = 0x8f;   /* above U+10FFFF */
+        } else {
+            return 0;        /* a continuation byte, C0, C1, F5..FF */
+        }
+        if (len - i <= n || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (size_t k = 2; k <= n; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf)
+                return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+/* True when the `len` bytes at `text`, a query parameter's name or value, are UTF-8
+ * once percent-decoded. */
+static int query_part_utf8(const char *text, size_t len)
+{
+    char *copy = strndup(text, len);
+    size_t out_len = 0;
+    char *decoded = copy ? evhttp_uridecode(copy, 1, &out_len) : NULL;
+    int ok = decoded != NULL && utf8_valid((const unsigned char *)decoded, out_len);
+    free(decoded);
+    free(copy);
+    return ok;
+}
+
+/* A query parameter's name fit to be quoted in a problem's message and as a JSON
+ * pointer: a short name of letters, digits, '_', '-' and '.' (every name a route reads). */
+static int quotable(const char *name, size_t len)
+{
+    if (len == 0 || len > 64)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)name[i]) && strchr("_-.", name[i]) == NULL)
+            return 0;
+    return 1;
+}
+
+/* Refuses a request whose path (decoded: `path`, `path_len` bytes) or any query
+ * parameter (name or value, percent-decoded) is not UTF-8: 400 invalid_utf8, naming
+ * the parameter (a path parameter of a route the path matches, or the query
+ * parameter) when it can be named. Returns 1 when it answered. Runs before the guard,
+ * like the edge's refusals: no handler (nor the guard's per-definition check) ever
+ * sees such text, which PostgreSQL would refuse (a 500) and jansson cannot encode. */
+static int refuse_invalid_utf8(const st_http_server_t *srv, st_http_req_t *req,
+                               const char *path, size_t path_len)
+{
+    char field[80] = "", message[160];
+    int bad = path != NULL && !utf8_valid((const unsigned char *)path, path_len);
+    if (bad) {
+        snprintf(message, sizeof message,
+                 "the request path is not UTF-8 text (after percent-decoding)");
+        for (const route_t *rt = srv->routes; rt != NULL && field[0] == '\0'; rt = rt->next) {
+            st_http_req_t probe = {0};
+            if (!route_match(rt, path, &probe))
+                continue;
+            for (int i = 0; i < probe.nparams && field[0] == '\0'; i++) {
+                if (utf8_valid((const unsigned char *)probe.param_values[i],
+                               strlen(probe.param_values[i])))
+                    continue;
+                snprintf(field, sizeof field, "/%s", probe.param_names[i]);
+                snprintf(message, sizeof message, "the path parameter %s is not UTF-8 text"
+                         " (after percent-decoding)", probe.param_names[i]);
+            }
+            free_req_parts(&probe);
+        }
+    }
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req->ev);
+    const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+    for (const char *p = query; !bad && p != NULL && *p != '\0';) {
+        size_t len = strcspn(p, "&");
+        const char *eq = memchr(p, '=', len);
+        size_t name_len = eq ? (size_t)(eq - p) : len;
+        if (!query_part_utf8(p, name_len) ||
+            (eq != NULL && !query_part_utf8(eq + 1, len - name_len - 1))) {
+            bad = 1;
+            if (quotable(p, name_len)) {
+                snprintf(field, sizeof field, "/%.*s", (int)name_len, p);
+                snprintf(message, sizeof message, "the query parameter %.*s is not UTF-8 text"
+                         " (after percent-decoding)", (int)name_len, p);
+            } else {
+                snprintf(message, sizeof message, "a query parameter is not UTF-8 text"
+                         " (after percent-decoding)");
+            }
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    if (!bad)
+        return 0;
+    st_http_reply_problem(req, 400, "invalid_utf8", message, field[0] ? field : NULL, NULL);
+    return 1;
+}
+
 /* Answers a request whose head the edge refused (it replaced it by a marked one). */
 static int answer_refused(st_http_server_t *srv, st_http_req_t *req)
 {
@@ -251,7 +374,13 @@ static void dispatch(struct evhttp_request *ev, void *arg)
     }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(ev);
     const char *raw_path = uri ? evhttp_uri_get_path(uri) : NULL;
-    char *path = raw_path ? evhttp_uridecode(raw_path, 0, NULL) : NULL;
+    size_t path_len = 0;
+    char *path = raw_path ? evhttp_uridecode(raw_path, 0, &path_len) : NULL;
+    if (refuse_invalid_utf8(srv, &req, path, path_len)) {
+        record_metrics(&req);
+        free(path);
+        return;
+    }
     int path_known = 0;
     for (const route_t *rt = srv->routes; path != NULL && rt != NULL; rt = rt->next) {
         if (!route_match(rt, path, &req))
@@ -541,6 +670,10 @@ static void reply(st_http_req_t *req, int status, const char *content_type,
     struct evkeyvalq *headers = evhttp_request_get_output_headers(req->ev);
     if (content_type != NULL)
         evhttp_add_header(headers, "Content-Type", content_type);
+    /* Every answer: a browser takes the Content-Type as it is and never sniffs a JSON
+     * or problem body (or a diagram) into HTML or script. */
+    if (evhttp_find_header(headers, "X-Content-Type-Options") == NULL)
+        evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
     if (req->allow[0] != '\0')
         evhttp_add_header(headers, "Allow", req->allow);
     if (req->close)

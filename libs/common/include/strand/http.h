@@ -6,6 +6,11 @@
  * a handler that returns without answering gets a 500 and an error log line.
  * Every request is counted in strand_http_requests_total{route,method,status} and
  * timed in strand_http_request_duration_seconds{route}.
+ * Before any route or guard runs, the router refuses a request whose path or any query
+ * parameter (name or value), percent-decoded, is not UTF-8: 400 invalid_utf8, `field`
+ * naming the parameter where it can. So every string st_http_param() and
+ * st_http_query() return is UTF-8 text. Every answer carries
+ * X-Content-Type-Options: nosniff.
  */
 #ifndef STRAND_HTTP_H
 #define STRAND_HTTP_H
@@ -81,9 +86,11 @@ void st_http_routes_foreach(const st_http_server_t *srv,
 typedef int (*st_http_guard_fn)(st_http_req_t *req, void *ctx);
 void st_http_set_guard(st_http_server_t *srv, st_http_guard_fn fn, void *ctx);
 
-/* Path parameter by name. Borrowed; valid until the reply. NULL if absent. */
+/* Path parameter by name, percent-decoded (UTF-8). Borrowed; valid until the reply.
+ * NULL if absent. */
 const char *st_http_param(st_http_req_t *req, const char *name);
-/* Decoded query-string parameter. Borrowed; valid until the reply. NULL if absent. */
+/* Decoded query-string parameter (UTF-8). Borrowed; valid until the reply. NULL if
+ * absent. */
 const char *st_http_query(st_http_req_t *req, const char *name);
 /* Request header. Borrowed; valid until the reply. NULL if absent. */
 const char *st_http_header(st_http_req_t *req, const char *name);
