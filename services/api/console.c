@@ -130,8 +130,11 @@ static void handle_whoami(st_http_req_t *req, void *ctx)
 /* Runs `sql` (one row, one JSON text column) and answers with that document; no row
  * is 404 (an instance that does not exist). A parameter PostgreSQL cannot read as its
  * type (a time like 2026-02-30) is 400 invalid_time: only times are cast here. */
+/* Runs `sql` (one row, one JSON text column) and answers it; `visible` (may be NULL)
+ * first removes from the document what the caller may not read. */
 static void reply_json_query(st_api_t *api, st_http_req_t *req, const char *sql, int nparams,
-                             const char *const *params)
+                             const char *const *params,
+                             void (*visible)(const st_api_t *api, json_t *doc))
 {
     PGconn *conn = st_api_conn_or_reply(api, req);
     if (conn == NULL)
@@ -155,6 +158,8 @@ static void reply_json_query(st_api_t *api, st_http_req_t *req, const char *sql,
         st_http_reply_problem(req, 404, "instance_not_found", "no such instance", NULL, NULL);
         return;
     }
+    if (visible != NULL)
+        visible(api, doc);
     st_http_reply_json(req, 200, doc);
 }
 
@@ -193,7 +198,7 @@ static const char *const sql_overview =
 /* GET /v1/overview: the console's first page (instances:read for every definition). */
 static void handle_overview(st_http_req_t *req, void *ctx)
 {
-    reply_json_query(ctx, req, sql_overview, 0, NULL);
+    reply_json_query(ctx, req, sql_overview, 0, NULL, NULL);
 }
 
 static const char *const sql_counts =
@@ -236,7 +241,7 @@ static void handle_counts(st_http_req_t *req, void *ctx)
                               "created_after and created_before take ISO 8601 times", NULL, NULL);
         return;
     }
-    reply_json_query(ctx, req, sql_counts, 5, params);
+    reply_json_query(ctx, req, sql_counts, 5, params, NULL);
 }
 
 static const char *const sql_family =
@@ -250,8 +255,31 @@ static const char *const sql_family =
     "      WHERE parent_instance_id = i.id ORDER BY created_at LIMIT 200) c)"
     " )::text FROM strand.instances i WHERE i.id = $1::uuid";
 
+/* True when the caller may read instances of `definition`. */
+static int may_read_instances(const st_api_t *api, const char *definition)
+{
+    return definition != NULL &&
+           st_principal_may(&api->current, ST_PERM_INSTANCES_READ, definition, NULL);
+}
+
+/* A scoped caller sees only the relatives it may read: the parent becomes null and
+ * children of other definitions are left out, as if they did not exist. */
+static void family_visible(const st_api_t *api, json_t *doc)
+{
+    json_t *parent = json_object_get(doc, "parent");
+    if (json_is_object(parent) &&
+        !may_read_instances(api, json_string_value(json_object_get(parent, "definition"))))
+        json_object_set_new(doc, "parent", json_null());
+    json_t *children = json_object_get(doc, "children");
+    for (size_t i = json_array_size(children); i-- > 0;) {
+        json_t *child = json_array_get(children, i);
+        if (!may_read_instances(api, json_string_value(json_object_get(child, "definition"))))
+            json_array_remove(children, i);
+    }
+}
+
 /* GET /v1/instances/{id}/family: {parent, children: [first 200]} as {id, definition,
- * version, status}. */
+ * version, status}, without the relatives the caller may not read. */
 static void handle_family(st_http_req_t *req, void *ctx)
 {
     const char *id = st_http_param(req, "id");
@@ -261,7 +289,7 @@ static void handle_family(st_http_req_t *req, void *ctx)
         return;
     }
     const char *params[] = {id};
-    reply_json_query(ctx, req, sql_family, 1, params);
+    reply_json_query(ctx, req, sql_family, 1, params, family_visible);
 }
 
 void st_api_console_register(st_api_t *api)

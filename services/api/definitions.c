@@ -306,7 +306,11 @@ static void cmd_diagram(PGconn *conn, const st_principal_t *who, const char *unu
         st_answer_error(out, err, &eb);
     } else if (PQntuples(res) == 0) {
         st_answer_problem(out, 404, "definition_not_found", "no such definition", NULL, NULL);
-    } else if (ires != NULL && PQntuples(ires) == 0) {
+    } else if (ires != NULL && (PQntuples(ires) == 0 ||
+                                !st_principal_may(who, ST_PERM_INSTANCES_READ,
+                                                  PQgetvalue(ires, 0, 0), NULL))) {
+        /* An instance the caller may not read is answered as one that does not exist:
+         * a scoped caller learns nothing of other definitions' instances. */
         st_answer_problem(out, 404, "instance_not_found", "no such instance", "/instance", NULL);
     } else if (ires != NULL && (strcmp(PQgetvalue(ires, 0, 0), name) != 0 ||
                                 atoi(PQgetvalue(ires, 0, 1)) != atoi(version))) {

@@ -27,6 +27,7 @@
 
 #include "api.h"
 #include "command_pool.h"
+#include "strand/definition_pause.h"
 #include "strand/globals.h"
 #include "strand/engine.h"
 #include "strand/history.h"
@@ -44,7 +45,7 @@
 
 static const char *const sql_rpc_instance =
     "SELECT i.status, coalesce(i.business_ref, i.id::text), d.canonical::text,"
-    " rs.state_version, rs.snapshot::text"
+    " rs.state_version, rs.snapshot::text, i.definition_name, i.definition_version"
     " FROM strand.instances i JOIN strand.runtime_states rs ON rs.instance_id = i.id"
     " JOIN strand.definitions d ON d.name = i.definition_name AND d.version = i.definition_version"
     " WHERE i.id = $1::uuid";
@@ -199,6 +200,18 @@ static void apply_answer(PGconn *conn, const char *id, const char *version, cons
                           "the process moved on during the rpc; nothing was applied, call it again", NULL, NULL);
         goto done;
     }
+    /* A version paused during the call: nothing is applied (the lock holds off a resume). */
+    int version_paused = 0;
+    if (err == ST_OK)
+        err = st_definition_pause_lock_tx(conn, json_string_value(json_object_get(canonical, "name")),
+                                          (int)json_integer_value(json_object_get(canonical, "version")),
+                                          &version_paused, &eb);
+    if (err == ST_OK && version_paused) {
+        st_answer_problem(out, 409, "definition_version_paused",
+                          "the definition version was paused during the rpc; nothing was applied",
+                          NULL, NULL);
+        goto done;
+    }
     const json_t *gdecl = json_object_get(canonical, "globals");
     if (err == ST_OK && gdecl != NULL) {
         /* Written against the values the worker saw: the row is locked from here on. */
@@ -333,8 +346,25 @@ void st_cmd_rpc(PGconn *conn, const st_principal_t *who, const char *id, const c
         st_answer_problem(out, 409, "instance_not_started", "the process has not started yet; call again", NULL, NULL);
         goto done;
     }
+    if (strcmp(status, "paused") == 0) {
+        st_answer_problem(out, 409, "instance_paused", "the instance is paused: resume it first",
+                          NULL, NULL);
+        goto done;
+    }
     if (strcmp(status, "running") != 0 && strcmp(status, "waiting") != 0) {
         st_answer_problem(out, 409, "instance_ended", "the instance has already ended", NULL, NULL);
+        goto done;
+    }
+    int version_paused = 0;
+    if ((err = st_definition_pause_get(conn, PQgetvalue(res, 0, 5), atoi(PQgetvalue(res, 0, 6)),
+                                       &version_paused, &eb)) != ST_OK) {
+        st_answer_error(out, err, &eb);
+        goto done;
+    }
+    if (version_paused) {   /* an rpc runs the process now: it cannot be kept for later */
+        st_answer_problem(out, 409, "definition_version_paused",
+                          "the instance's definition version is paused: resume it first", NULL,
+                          NULL);
         goto done;
     }
     const char *url = json_string_value(json_object_get(rpc, "url"));

@@ -31,12 +31,6 @@ static const char *verb_name(st_signal_type_t type)
     return type == ST_SIGNAL_PAUSE ? "pause" : type == ST_SIGNAL_RESUME ? "resume" : "rewind";
 }
 
-static int status_ended(const char *status)
-{
-    return strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
-           strcmp(status, "cancelled") == 0 || strcmp(status, "terminated") == 0;
-}
-
 static const char *actor_of(const st_signal_t *sig)
 {
     const char *actor = json_string_value(json_object_get(sig->payload, "actor"));
@@ -173,7 +167,9 @@ static st_err_t drain_tx(PGconn *conn, const st_signal_t *sig, const st_pause_in
 {
     *outcome = ST_WAKE_APPLIED;
     int def_paused = 0, released = 0;
-    if (strcmp(inst->status, "paused") == 0 || status_ended(inst->status))
+    /* An ended instance may have kept a verb (a retry of a failed one) too: it is sent
+     * again; anything else it kept is dropped as stale when it arrives. */
+    if (strcmp(inst->status, "paused") == 0)
         return ST_OK;
     st_err_t err = definition_paused_tx(conn, inst, &def_paused, eb);
     if (err == ST_OK && !def_paused)

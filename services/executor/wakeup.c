@@ -420,6 +420,21 @@ static st_err_t repair_tx(PGconn *conn, st_defcache_t *cache, const char *node_i
     st_err_t err = st_verify_signal_tx(conn, sig, eb);
     if (err != ST_OK)
         return err;
+    /* A paused definition version keeps the verbs that would run steps, as it keeps its
+     * instances' wake-ups: they are sent again, once, when the version resumes (pause.h).
+     * patch_variables and fail run no step and apply at once, as on a paused instance. */
+    if (!paused && verb != ST_REPAIR_PATCH_VARIABLES && verb != ST_REPAIR_FAIL &&
+        strcmp(PQgetvalue(state, 0, 10), "t") == 0) {
+        int version_paused = 0;
+        err = st_definition_pause_lock_tx(conn, PQgetvalue(state, 0, 2),
+                                          atoi(PQgetvalue(state, 0, 3)), &version_paused, eb);
+        if (err != ST_OK)
+            return err;
+        if (version_paused) {
+            *outcome = ST_WAKE_BUFFERED;
+            return st_signal_buffer_hold_tx(conn, sig, eb);
+        }
+    }
     json_t *before = json_pack("{s:I, s:s}", "state_version", (json_int_t)current, "status", status);
     json_t *after = json_pack("{s:I}", "state_version", (json_int_t)current);
     json_t *snapshot = NULL, *globals = NULL;

@@ -352,6 +352,45 @@ static void test_limited_grants(void)
     free(b);
 }
 
+/* A scoped caller learns nothing of what it may not read (issue 33): a diagram's
+ * overlay answers 404 for another definition's instance as for an id that does not
+ * exist (it was 409, an existence oracle), and /family leaves out the relatives of
+ * definitions it may not read (it listed them). */
+static void test_scope_hides_the_unreadable(void)
+{
+    char path[300], doc[800], sql[300];
+    char *b = start_as(T_ADMIN, def_b, "hidden-b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", def_a, b);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 404);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, NULL), 409);   /* may read it */
+    snprintf(path, sizeof path, "/v1/definitions/%s/1/diagram.svg?instance=%s", def_a, ZERO_ID);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, NULL), 404);
+    /* A parent of A (version 2) with a child of B. */
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":2,\"steps\":["
+             "{\"id\":\"child\",\"type\":\"subworkflow\",\"definition\":\"%s\"},"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{}}]}", def_a, def_b);
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/definitions", doc, NULL), 201);
+    char *parent = start_as(T_ADMIN, def_a, "hidden-parent");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(parent);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE parent_instance_id = '%s'",
+             parent);
+    CU_ASSERT_EQUAL_FATAL(it_wait_number(sql, 1, 60), 1);
+    snprintf(path, sizeof path, "/v1/instances/%s/family", parent);
+    json_t *family = NULL;
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "GET", path, NULL, &family), 200);
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(family, "children")), 1);
+    json_decref(family);
+    family = NULL;
+    CU_ASSERT_EQUAL(it_req(IT_API, T_SCOPED, "GET", path, NULL, &family), 200);
+    CU_ASSERT_TRUE(json_is_array(json_object_get(family, "children")));
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(family, "children")), 0);
+    json_decref(family);
+    free(parent);
+    free(b);
+}
+
 /* The ingress applies the same rules to the envelope's token. */
 static void test_ingress(void)
 {
@@ -388,6 +427,7 @@ int main(void)
         {"each permission alone: its routes and no other", test_each_permission_alone},
         {"grants limited to a definition or a consumer", test_limited_grants},
         {"kafka ingress: the same permissions", test_ingress},
+        {"a scoped caller sees nothing of what it may not read", test_scope_hides_the_unreadable},
     };
     return it_run_suite("permissions", cases, (int)(sizeof cases / sizeof cases[0]));
 }
