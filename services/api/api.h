@@ -89,6 +89,10 @@ void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *id
                          const json_t *args, st_answer_t *out);
 void st_cmd_batch_cancel(PGconn *conn, const st_principal_t *who, const char *id,
                          const json_t *args, st_answer_t *out);
+/* The batches' bounds from the service's configuration: STRAND_BATCH_MAX_PAYLOAD_BYTES,
+ * STRAND_BATCH_MAX_RUNNING, STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL. Called once by
+ * main.c before the routes serve. */
+void st_api_batches_configure(const st_config_t *cfg);
 /* Admin only: purges instances ended before the cutoff and resolved dead letters
  * (retention.c). */
 void st_cmd_retention_run(PGconn *conn, const st_principal_t *who, const char *id,
@@ -211,6 +215,27 @@ void st_api_reads_configure(const st_config_t *cfg);
  * when it is not stuck (or on error: *err says). Caller owns the reference. */
 json_t *st_api_stuck_json(PGconn *conn, const char *instance_id, st_err_t *err,
                           st_errbuf_t *eb);
+
+/* ---- the write rate limit (permissions.c; docs/security.md, "Amplification") ------- */
+
+/* Reads STRAND_API_WRITE_RATE, STRAND_API_WRITE_BURST and
+ * STRAND_API_WRITE_AUDIT_WINDOW_S; called once by main.c before any request or ingress
+ * command. With the rate 0 (the default) every write passes. */
+void st_api_write_limit_configure(const st_config_t *cfg);
+/* True when a write rate is set. */
+int st_api_write_limit_enabled(void);
+/* Takes one write of `principal`'s bucket (one per API process): returns 1 when it may
+ * go on; else sets 429 rate_limited in `out` (with `retry_after_s`, for the
+ * Retry-After header) and returns 0. `via_ingress`: a Kafka ingress command (0: HTTP).
+ * Any thread. The HTTP guard (st_api_authorize) calls it for every POST, PUT, PATCH
+ * and DELETE; the ingress for every command. */
+int st_api_write_limit_take(const char *principal, int via_ingress, st_answer_t *out);
+/* Writes one audit row "rate_limited" (outcome "rejected", detail {refused, http,
+ * ingress, window_from, window_s, rate, burst}) per principal whose refusal window
+ * ended (`all`: every open window, at stop), on the loop thread's connection (a row
+ * that cannot be written is logged as lost), and forgets idle principals. main.c calls
+ * it every second on the loop thread; it touches PostgreSQL only when a window ended. */
+void st_api_write_limit_flush(st_api_t *api, int all);
 
 /* Compares the router with docs/openapi.json; prints mismatches; 0 when they agree. */
 int st_api_check_openapi(st_api_t *api);

@@ -7,6 +7,11 @@
  * batch.c owns both tables), plus an audit row. strand-scheduler's batch loop works the
  * items in chunks (services/scheduler/batch_runner.c); nothing here applies an action.
  *
+ * Bounds (docs/security.md, "Amplification"): a signal batch's args.payload times its
+ * items stays under STRAND_BATCH_MAX_PAYLOAD_BYTES (413), and at most
+ * STRAND_BATCH_MAX_RUNNING jobs run at once, STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL of
+ * one creator (429, counted in PostgreSQL under a lock, so across API replicas).
+ *
  * Access (permissions.c): creating and cancelling need instances:operate; a terminate
  * batch also instances:terminate, a signal batch instances:signal. A caller whose
  * grants are limited to definitions must name one of them in the filter's
@@ -45,6 +50,21 @@ static const char *const sql_job_list =
     " FROM strand.batch_jobs WHERE ($1::text IS NULL OR status = $1)"
     " AND ($2::bigint IS NULL OR (created_at, id) < (to_timestamp($2::bigint / 1000000.0), $3::uuid))"
     " ORDER BY created_at DESC, id DESC LIMIT $4";
+
+/* The amplification bounds (st_api_batches_configure(); docs/security.md). */
+static long long max_payload_bytes = 64 << 20;   /* STRAND_BATCH_MAX_PAYLOAD_BYTES */
+static long long max_running = 16;               /* STRAND_BATCH_MAX_RUNNING */
+static long long max_running_mine = 4;           /* STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL */
+/* What a 429 asks a client to wait: a running job ends when its items are worked,
+ * which no one can foretell; long enough not to spin, short enough to notice. */
+#define RUNNING_RETRY_AFTER_S 10
+
+void st_api_batches_configure(const st_config_t *cfg)
+{
+    max_payload_bytes = cfg->batch_max_payload_bytes;
+    max_running = cfg->batch_max_running;
+    max_running_mine = cfg->batch_max_running_per_principal;
+}
 
 /* The most items one job may select (STRAND_BATCH_MAX_ITEMS, default 100,000). */
 static long long max_items(void)
@@ -274,6 +294,52 @@ static int may(const st_principal_t *who, st_perm_t perm, const char *definition
     return 0;
 }
 
+/* 413 batch_payload_too_large: args.payload (`payload_bytes` as JSON) times the items
+ * would pass STRAND_BATCH_MAX_PAYLOAD_BYTES; `items` is the most the filter could
+ * have selected at this payload (-1: none, the payload alone is too large). */
+static void payload_too_large(long long payload_bytes, long long items, st_answer_t *out)
+{
+    char message[320];
+    if (items < 0)
+        snprintf(message, sizeof message,
+                 "args.payload has %lld bytes, more than the %lld bytes a batch may carry in all"
+                 " (STRAND_BATCH_MAX_PAYLOAD_BYTES)", payload_bytes, max_payload_bytes);
+    else
+        snprintf(message, sizeof message,
+                 "args.payload (%lld bytes) times the instances the filter selects would pass"
+                 " the %lld bytes a batch may carry in all (STRAND_BATCH_MAX_PAYLOAD_BYTES): at"
+                 " this payload at most %lld instances; narrow the filter or shrink the payload",
+                 payload_bytes, max_payload_bytes, items);
+    st_answer_problem(out, 413, "batch_payload_too_large", message, "/args/payload",
+                      json_pack("{s:I, s:I, s:I}", "payload_bytes", (json_int_t)payload_bytes,
+                                "max_payload_bytes", (json_int_t)max_payload_bytes,
+                                "max_items_at_this_payload", (json_int_t)(items < 0 ? 0 : items)));
+}
+
+/* 429 too_many_batches: STRAND_BATCH_MAX_RUNNING jobs run already, or the caller's
+ * STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL. `retry_after_s` becomes the Retry-After
+ * header (command_pool.c). */
+static void too_many_running(long long running, long long mine, st_answer_t *out)
+{
+    char message[256];
+    if (mine >= max_running_mine)
+        snprintf(message, sizeof message,
+                 "you have %lld batches running, the most one principal may have at once"
+                 " (STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL = %lld); retry when one has ended",
+                 mine, max_running_mine);
+    else
+        snprintf(message, sizeof message,
+                 "%lld batches are running, the most there may be at once"
+                 " (STRAND_BATCH_MAX_RUNNING = %lld); retry when one has ended",
+                 running, max_running);
+    st_answer_problem(out, 429, "too_many_batches", message, NULL,
+                      json_pack("{s:I, s:I, s:I, s:I, s:i}", "running", (json_int_t)running,
+                                "running_yours", (json_int_t)mine, "max_running",
+                                (json_int_t)max_running, "max_running_per_principal",
+                                (json_int_t)max_running_mine, "retry_after_s",
+                                RUNNING_RETRY_AFTER_S));
+}
+
 void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *unused_id,
                          const json_t *body, st_answer_t *out)
 {
@@ -308,11 +374,35 @@ void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *un
         return;
     if (!json_is_object(args))
         args = NULL;
+    /* A signal batch writes its payload once per item (a signal, and a buffered copy
+     * where the instance does not wait for it): payload bytes x items is bounded, so a
+     * bigger payload means fewer items. */
+    long long payload_bytes = 0;
+    const json_t *payload = json_object_get(args, "payload");
+    if (json_is_object(payload)) {
+        char *text = json_dumps(payload, JSON_COMPACT);
+        payload_bytes = text ? (long long)strlen(text) : 0;
+        free(text);
+    }
+    long long items_max = max_items(), limit = items_max;
+    if (payload_bytes > 0 && max_payload_bytes / payload_bytes < limit)
+        limit = max_payload_bytes / payload_bytes;
+    if (limit < 1) {
+        payload_too_large(payload_bytes, -1, out);
+        return;
+    }
     char id[37];
     st_uuid_new(id);
-    long long total = 0, limit = max_items();
+    long long total = 0, running = 0, running_mine = 0;
     st_errbuf_t eb;
     st_err_t err = st_pg_begin(conn, &eb);
+    if (err == ST_OK)
+        err = st_batch_count_running_tx(conn, who->name, &running, &running_mine, &eb);
+    if (err == ST_OK && (running >= max_running || running_mine >= max_running_mine)) {
+        st_pg_rollback(conn);
+        too_many_running(running, running_mine, out);
+        return;
+    }
     if (err == ST_OK)
         err = st_batch_create_tx(conn, id, action, filter_doc, &filter, args, who->name, limit,
                                  &total, &eb);
@@ -331,7 +421,9 @@ void st_cmd_batch_create(PGconn *conn, const st_principal_t *who, const char *un
         err = st_pg_commit(conn, &eb);
     if (err != ST_OK) {
         st_pg_rollback(conn);
-        if (err == ST_ERR_LIMIT)
+        if (err == ST_ERR_LIMIT && limit < items_max)
+            payload_too_large(payload_bytes, limit, out);
+        else if (err == ST_ERR_LIMIT)
             st_answer_problem(out, 400, "too_many_instances", eb.msg, "/filter",
                               json_pack("{s:I}", "max_items", (json_int_t)limit));
         else if (err == ST_ERR_INVALID)   /* e.g. a time PostgreSQL cannot represent */

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -91,9 +92,16 @@ static void job_run(st_job_t *job, PGconn **conn, const char *dsn)
         job->named(c, &job->who, job->id, job->name, job->args, &job->answer);
 }
 
-/* Answers on the loop thread (or after it stopped, at free) and frees the job. */
+/* Answers on the loop thread (or after it stopped, at free) and frees the job. A
+ * problem with `retry_after_s` (a 429) carries it as the Retry-After header too. */
 static void job_answer(st_job_t *job)
 {
+    json_t *retry_after = json_object_get(job->answer.body, "retry_after_s");
+    if (job->answer.status >= 400 && json_is_integer(retry_after)) {
+        char seconds[24];
+        snprintf(seconds, sizeof seconds, "%lld", (long long)json_integer_value(retry_after));
+        st_http_add_header(job->req, "Retry-After", seconds);
+    }
     if (job->then.fn != NULL)
         job->then.fn(job->req, &job->answer, job->then.ctx);
     else

@@ -192,6 +192,8 @@ static void run_once(st_ingress_t *ing, const rd_kafka_message_t *msg, attempt_t
              st_auth_authenticate(ing->auth, cmd->token[0] ? cmd->token : NULL, &who) != ST_OK)
         st_answer_problem(&a->answer, 401, "unauthenticated",
                           "the command's token is missing or not known", "/token", NULL);
+    else if (!st_api_write_limit_take(who.name, 1, &a->answer))
+        ;   /* 429 rate_limited: a dead letter (replayable) with that code, like any 4xx */
     else if (st_api_authorize_command(ing->conn, &who, cmd->type,
                                       cmd->target_id[0] ? cmd->target_id : NULL, args, &a->answer))
         fn(ing->conn, &who, cmd->target_id[0] ? cmd->target_id : NULL, args, &a->answer);

@@ -7,6 +7,7 @@
  * command_pool.c; long polls: wait_loop.c; the Kafka ingress: ingress.c).
  */
 #include <curl/curl.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,15 @@ static int authenticate(st_http_req_t *req, void *ctx)
                                    : "a bearer token is required",
                           NULL, NULL);
     return 0;
+}
+
+/* Every second while a write rate is set: one audit row per principal whose refusal
+ * window ended (permissions.c). On the loop thread, with its connection. */
+static void on_write_limit_flush(evutil_socket_t fd, short what, void *ctx)
+{
+    (void)fd;
+    (void)what;
+    st_api_write_limit_flush(ctx, 0);
 }
 
 static int pg_ready(void *ctx)
@@ -120,6 +130,8 @@ int main(int argc, char **argv)
     }
     st_api_t api = {.svc = &svc};
     st_api_reads_configure(&svc.cfg);
+    st_api_batches_configure(&svc.cfg);
+    st_api_write_limit_configure(&svc.cfg);
     curl_global_init(CURL_GLOBAL_DEFAULT);   /* before any thread may make an RPC call */
     if (st_command_pool_new(svc.base, svc.cfg.pg_dsn, svc.cfg.api_workers, &api.pool, &eb) !=
         ST_OK) {
@@ -160,11 +172,25 @@ int main(int argc, char **argv)
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
     api.waiters = st_waiters_new(&api, st_api_instance_view);
     st_api_register_routes(&api);
+    struct event *write_limit_flush = NULL;
+    if (st_api_write_limit_enabled()) {
+        struct timeval every = {1, 0};
+        write_limit_flush = event_new(svc.base, -1, EV_PERSIST, on_write_limit_flush, &api);
+        if (write_limit_flush == NULL || event_add(write_limit_flush, &every) != 0)
+            st_log_warn("could not schedule the rate limit's audit", "%s",
+                        "refusals are audited only at stop");
+        st_log_info("write rate limit on", "%d writes/s per principal, bursts of %d",
+                    svc.cfg.api_write_rate,
+                    svc.cfg.api_write_burst > 0 ? svc.cfg.api_write_burst : svc.cfg.api_write_rate);
+    }
     st_log_info("api ready", NULL);
     st_service_run(&svc);
+    if (write_limit_flush != NULL)
+        event_free(write_limit_flush);
     st_command_pool_free(api.pool);
     st_waiters_free(api.waiters);
     st_ingress_stop(ingress);
+    st_api_write_limit_flush(&api, 1);   /* the windows still open, audited now */
     st_relay_stop(relay);
     if (api.conn != NULL)
         PQfinish(api.conn);

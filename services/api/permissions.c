@@ -10,9 +10,15 @@
  */
 #include "permissions.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "strand/audit.h"
+#include "strand/log.h"
+#include "strand/metrics.h"
 #include "strand/pg.h"
 #include "strand/proto/strand.pb-c.h"
 #include "strand/util.h"
@@ -247,8 +253,26 @@ static int decide_limited(PGconn *conn, const st_principal_t *who, const st_perm
     return 0;
 }
 
+/* A write: anything but GET, HEAD and OPTIONS. */
+static int is_write(const char *method)
+{
+    return method != NULL && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 &&
+           strcmp(method, "OPTIONS") != 0;
+}
+
 int st_api_authorize(st_api_t *api, st_http_req_t *req)
 {
+    if (st_api_write_limit_enabled() && is_write(st_http_req_method(req))) {
+        st_answer_t limited = {0};
+        if (!st_api_write_limit_take(api->current.name, 0, &limited)) {
+            char seconds[24];
+            snprintf(seconds, sizeof seconds, "%lld",
+                     (long long)json_integer_value(json_object_get(limited.body, "retry_after_s")));
+            st_http_add_header(req, "Retry-After", seconds);
+            st_api_reply(req, &limited);
+            return 0;
+        }
+    }
     const st_perm_rule_t *rule = st_perm_route_rule(st_http_req_method(req), st_http_req_route(req));
     st_holds_t holds = rule ? st_principal_holds(&api->current, rule->perm) : ST_HOLDS_NONE;
     if (rule != NULL && (rule->target == ST_TARGET_PUBLIC || rule->target == ST_TARGET_SELF ||
@@ -313,4 +337,214 @@ int st_api_require_permission(st_api_t *api, st_http_req_t *req, st_perm_t perm,
     refuse(&answer, &rule, holds != ST_HOLDS_NONE);
     st_api_reply(req, &answer);
     return 0;
+}
+
+/* ---- the write rate limit ----------------------------------------------------------
+ *
+ * A token bucket per principal, in this process (so per API replica): every write (an
+ * HTTP POST, PUT, PATCH or DELETE, and every ingress command) takes one token; the
+ * bucket holds STRAND_API_WRITE_BURST tokens and refills STRAND_API_WRITE_RATE per
+ * second. An empty bucket refuses with 429 rate_limited and Retry-After. Refusals are
+ * counted per principal over a window (STRAND_API_WRITE_AUDIT_WINDOW_S) that opens at
+ * the first refusal; st_api_write_limit_flush() writes one audit row per ended window
+ * with its count, so a refused client writes nothing per request. The HTTP thread and
+ * the ingress thread share the table under one mutex; principals come from the token
+ * file (or are "anonymous"), and idle ones are forgotten at the flush, so the table
+ * stays small. */
+
+#define BUCKETS 64
+
+typedef struct bucket {
+    struct bucket *next;
+    char principal[128];
+    double tokens;
+    long long refilled_ns;        /* CLOCK_MONOTONIC of the last refill */
+    long long window_ns;          /* the open window's start; 0: none open */
+    long long window_wall_ms;     /* the same, as wall-clock time, for the audit row */
+    long long refused_http, refused_ingress;
+} bucket_t;
+
+static struct {
+    int on;                       /* written once before any thread reads it */
+    double rate, burst;
+    long long window_ns;
+    int window_s;
+    pthread_mutex_t mu;
+    bucket_t *table[BUCKETS];
+    st_metric_t *m_refused_http, *m_refused_ingress;
+} writes = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static long long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void st_api_write_limit_configure(const st_config_t *cfg)
+{
+    writes.on = cfg->api_write_rate > 0;
+    writes.rate = cfg->api_write_rate;
+    writes.burst = cfg->api_write_burst > 0 ? cfg->api_write_burst : cfg->api_write_rate;
+    writes.window_s = cfg->api_write_audit_window_s;
+    writes.window_ns = (long long)cfg->api_write_audit_window_s * 1000000000LL;
+    if (!writes.on)
+        return;
+    static const char *const help = "Writes refused by the per-principal rate limit";
+    writes.m_refused_http = st_metrics_counter("strand_api_rate_limited_total", help, "via=\"http\"");
+    writes.m_refused_ingress =
+        st_metrics_counter("strand_api_rate_limited_total", help, "via=\"ingress\"");
+}
+
+int st_api_write_limit_enabled(void)
+{
+    return writes.on;
+}
+
+/* FNV-1a over the principal's name. */
+static unsigned bucket_slot(const char *principal)
+{
+    unsigned h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)principal; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % BUCKETS;
+}
+
+/* The principal's bucket, made full when new; NULL only when out of memory. Under mu. */
+static bucket_t *bucket_get(const char *principal, long long now)
+{
+    unsigned slot = bucket_slot(principal);
+    for (bucket_t *b = writes.table[slot]; b != NULL; b = b->next)
+        if (strcmp(b->principal, principal) == 0)
+            return b;
+    bucket_t *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    snprintf(b->principal, sizeof b->principal, "%s", principal);
+    b->tokens = writes.burst;
+    b->refilled_ns = now;
+    b->next = writes.table[slot];
+    writes.table[slot] = b;
+    return b;
+}
+
+int st_api_write_limit_take(const char *principal, int via_ingress, st_answer_t *out)
+{
+    if (!writes.on)
+        return 1;
+    long long now = mono_ns();
+    double wait_s = 0;
+    pthread_mutex_lock(&writes.mu);
+    bucket_t *b = bucket_get(principal, now);
+    if (b != NULL) {
+        b->tokens += (double)(now - b->refilled_ns) / 1e9 * writes.rate;
+        if (b->tokens > writes.burst)
+            b->tokens = writes.burst;
+        b->refilled_ns = now;
+        if (b->tokens >= 1.0) {
+            b->tokens -= 1.0;
+            b = NULL;   /* passes */
+        } else {
+            wait_s = (1.0 - b->tokens) / writes.rate;
+            if (b->window_ns == 0) {
+                b->window_ns = now;
+                b->window_wall_ms = st_now_ms();
+            }
+            if (via_ingress)
+                b->refused_ingress++;
+            else
+                b->refused_http++;
+        }
+    }
+    pthread_mutex_unlock(&writes.mu);
+    if (b == NULL)
+        return 1;   /* passed (or no memory for a bucket: never refuse for that) */
+    st_metric_inc(via_ingress ? writes.m_refused_ingress : writes.m_refused_http);
+    int retry_after = (int)wait_s + ((double)(int)wait_s < wait_s ? 1 : 0);
+    if (retry_after < 1)
+        retry_after = 1;
+    char message[320];
+    snprintf(message, sizeof message,
+             "%s sends writes faster than the %g per second (bursts of %g) one principal may"
+             " send (STRAND_API_WRITE_RATE, STRAND_API_WRITE_BURST); retry after %d s",
+             principal, writes.rate, writes.burst, retry_after);
+    st_answer_problem(out, 429, "rate_limited", message, NULL,
+                      json_pack("{s:i, s:f, s:f}", "retry_after_s", retry_after, "rate",
+                                writes.rate, "burst", writes.burst));
+    return 0;
+}
+
+/* An ended window taken out of the table, to be audited. */
+typedef struct {
+    char principal[128];
+    long long from_ms, refused_http, refused_ingress;
+} ended_t;
+
+void st_api_write_limit_flush(st_api_t *api, int all)
+{
+    if (!writes.on)
+        return;
+    ended_t *ended = NULL;
+    size_t n = 0, cap = 0;
+    long long now = mono_ns();
+    pthread_mutex_lock(&writes.mu);
+    for (int slot = 0; slot < BUCKETS; slot++) {
+        for (bucket_t **link = &writes.table[slot]; *link != NULL;) {
+            bucket_t *b = *link;
+            if (b->window_ns != 0 && (all || now - b->window_ns >= writes.window_ns)) {
+                if (n == cap) {
+                    size_t more = cap ? cap * 2 : 8;
+                    ended_t *grown = realloc(ended, more * sizeof *ended);
+                    if (grown == NULL)
+                        break;   /* kept for the next flush */
+                    ended = grown;
+                    cap = more;
+                }
+                ended_t *e = &ended[n++];
+                snprintf(e->principal, sizeof e->principal, "%s", b->principal);
+                e->from_ms = b->window_wall_ms;
+                e->refused_http = b->refused_http;
+                e->refused_ingress = b->refused_ingress;
+                b->window_ns = 0;
+                b->refused_http = b->refused_ingress = 0;
+            }
+            /* idle: full again and nothing to audit; forgotten (a new one starts full) */
+            double tokens = b->tokens + (double)(now - b->refilled_ns) / 1e9 * writes.rate;
+            if (b->window_ns == 0 && tokens >= writes.burst) {
+                *link = b->next;
+                free(b);
+            } else {
+                link = &b->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&writes.mu);
+    st_answer_t unused = {0};
+    PGconn *conn = n > 0 ? st_api_conn(api, &unused) : NULL;   /* connects only when needed */
+    st_answer_close(&unused);
+    for (size_t i = 0; i < n; i++) {
+        ended_t *e = &ended[i];
+        char from[40];
+        time_t from_s = (time_t)(e->from_ms / 1000);
+        struct tm tm;
+        gmtime_r(&from_s, &tm);
+        size_t used = strftime(from, sizeof from, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(from + used, sizeof from - used, ".%03dZ", (int)(e->from_ms % 1000));
+        json_t *detail = json_pack("{s:I, s:I, s:I, s:s, s:i, s:f, s:f}", "refused",
+                                   (json_int_t)(e->refused_http + e->refused_ingress), "http",
+                                   (json_int_t)e->refused_http, "ingress",
+                                   (json_int_t)e->refused_ingress, "window_from", from,
+                                   "window_s", writes.window_s, "rate", writes.rate, "burst",
+                                   writes.burst);
+        st_audit_entry_t entry = {e->principal, "rate_limited", "rejected", NULL, NULL, NULL,
+                                  NULL, detail};
+        st_errbuf_t eb;
+        if (conn == NULL || st_audit_add_tx(conn, &entry, &eb) != ST_OK)
+            st_log_warn("could not audit a rate-limited principal",
+                        "principal=%s refused=%lld: %s", e->principal,
+                        e->refused_http + e->refused_ingress,
+                        conn == NULL ? "no PostgreSQL connection" : eb.msg);
+        json_decref(detail);
+    }
+    free(ended);
 }

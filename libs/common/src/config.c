@@ -179,6 +179,15 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     INT("STRAND_KAFKA_LAG_INTERVAL_MS", 5000, 100, 300000, kafka_lag_interval_ms);
     INT("STRAND_KAFKA_MESSAGE_MAX_BYTES", 1000000, 1000, 100000000, kafka_message_max_bytes);
     INT("STRAND_STOP_TIMEOUT_MS", 20000, 1000, 3600000, stop_timeout_ms);
+    /* Amplification bounds (docs/security.md, "Amplification") */
+    INT("STRAND_SIGNAL_BUFFER_MAX", 100, 1, 1000000, signal_buffer_max);
+    INT("STRAND_SIGNAL_BUFFER_MAX_BYTES", 1 << 20, 1024, 1 << 30, signal_buffer_max_bytes);
+    INT("STRAND_BATCH_MAX_PAYLOAD_BYTES", 64 << 20, 1024, INT_MAX, batch_max_payload_bytes);
+    INT("STRAND_BATCH_MAX_RUNNING", 16, 1, 100000, batch_max_running);
+    INT("STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL", 4, 1, 100000, batch_max_running_per_principal);
+    INT("STRAND_API_WRITE_RATE", 0, 0, 1000000, api_write_rate);
+    INT("STRAND_API_WRITE_BURST", 0, 0, 10000000, api_write_burst);
+    INT("STRAND_API_WRITE_AUDIT_WINDOW_S", 60, 1, 86400, api_write_audit_window_s);
 #undef STR
 #undef INT
     static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
@@ -198,6 +207,10 @@ st_err_t st_config_load(st_config_t *cfg, const char *service, int default_port,
     if ((cfg->tls_cert_file[0] == '\0') != (cfg->tls_key_file[0] == '\0'))
         return st_err_set(eb, ST_ERR_CONFIG, "STRAND_HTTP_TLS_CERT_FILE and "
                           "STRAND_HTTP_TLS_KEY_FILE must be set together");
+    if (cfg->api_write_burst > 0 && cfg->api_write_rate == 0)
+        return st_err_set(eb, ST_ERR_CONFIG, "STRAND_API_WRITE_BURST=%d needs STRAND_API_WRITE_RATE"
+                          " (writes per second per principal; 0 turns the limit off)",
+                          cfg->api_write_burst);
     if (cfg->redis_url[0] != '\0' && strncmp(cfg->redis_url, "redis://", 8) != 0)
         return st_err_set(eb, ST_ERR_CONFIG,
                           "STRAND_REDIS_URL must look like redis://host:port, got \"%s\"",

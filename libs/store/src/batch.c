@@ -71,6 +71,32 @@ st_err_t st_batch_create_tx(PGconn *conn, const char *id, const char *action,
     return *total > 0 ? st_pg_exec(conn, sql_notify, 1, notify_params, NULL, eb) : ST_OK;
 }
 
+/* Arbitrary constant: the transaction advisory lock that serialises job creation
+ * (relay.c holds 7306532, the migrations 7306531). */
+#define BATCH_CREATE_LOCK_KEY "7306533"
+
+st_err_t st_batch_count_running_tx(PGconn *conn, const char *created_by, long long *all,
+                                   long long *mine, st_errbuf_t *eb)
+{
+    static const char *const sql_lock = "SELECT pg_advisory_xact_lock(" BATCH_CREATE_LOCK_KEY ")";
+    /* batch_jobs_running: a partial index over the running jobs only */
+    static const char *const sql_count =
+        "SELECT count(*), count(*) FILTER (WHERE created_by = $1) FROM strand.batch_jobs"
+        " WHERE status = 'running'";
+    *all = *mine = 0;
+    st_err_t err = st_pg_exec(conn, sql_lock, 0, NULL, NULL, eb);
+    if (err != ST_OK)
+        return err;
+    const char *params[] = {created_by};
+    PGresult *res = NULL;
+    if ((err = st_pg_exec(conn, sql_count, 1, params, &res, eb)) != ST_OK)
+        return err;
+    *all = atoll(PQgetvalue(res, 0, 0));
+    *mine = atoll(PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return ST_OK;
+}
+
 st_err_t st_batch_cancel_tx(PGconn *conn, const char *id, char *status, size_t len,
                             int *changed, st_errbuf_t *eb)
 {

@@ -77,6 +77,20 @@ typedef struct {
                                    * topics' message size limit (the relay sets larger
                                    * outbox rows aside) */
     int stop_timeout_ms;          /* STRAND_STOP_TIMEOUT_MS: a stop longer than this is cut */
+    /* Amplification bounds (docs/security.md, "Amplification"; docs/configuration.md). */
+    int signal_buffer_max;        /* STRAND_SIGNAL_BUFFER_MAX: named signals one instance
+                                   * keeps while it does not wait for them (executor) */
+    int signal_buffer_max_bytes;  /* STRAND_SIGNAL_BUFFER_MAX_BYTES: their payloads, as JSON */
+    int batch_max_payload_bytes;  /* STRAND_BATCH_MAX_PAYLOAD_BYTES: a signal batch's payload
+                                   * size times its items (api) */
+    int batch_max_running;        /* STRAND_BATCH_MAX_RUNNING: running batch jobs, all
+                                   * principals, counted in PostgreSQL (api) */
+    int batch_max_running_per_principal; /* STRAND_BATCH_MAX_RUNNING_PER_PRINCIPAL */
+    int api_write_rate;           /* STRAND_API_WRITE_RATE: writes per second per principal
+                                   * and API replica; 0 = no limit */
+    int api_write_burst;          /* STRAND_API_WRITE_BURST: the bucket's size; 0 = the rate */
+    int api_write_audit_window_s; /* STRAND_API_WRITE_AUDIT_WINDOW_S: one rate_limited audit
+                                   * row per principal per window */
 } st_config_t;
 
 /* Fills `cfg` from the environment with the defaults for `service` applied first.

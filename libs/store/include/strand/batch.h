@@ -47,6 +47,16 @@ st_err_t st_batch_create_tx(PGconn *conn, const char *id, const char *action,
                             const json_t *args, const char *created_by, long long max_items,
                             long long *total, st_errbuf_t *eb);
 
+/* The running-job bounds (STRAND_BATCH_MAX_RUNNING and its per-principal twin):
+ * takes the transaction-scoped advisory lock that serialises job creation across API
+ * replicas, then counts the running jobs: *all of them, *mine those `created_by`
+ * created. Call it first in the creating transaction (before st_batch_create_tx), so
+ * that two creations never both see room for one more: the lock is held until the
+ * caller's transaction ends, and under READ COMMITTED the count, a statement after the
+ * lock, sees every creation committed before it. */
+st_err_t st_batch_count_running_tx(PGconn *conn, const char *created_by, long long *all,
+                                   long long *mine, st_errbuf_t *eb);
+
 /* Cancels job `id` if it is running: its pending items are never worked (a chunk in
  * flight when this commits is rolled back by its st_batch_progress_tx). `status` gets
  * the job's status afterwards ("cancelled", or the final status it had already), or

@@ -24,6 +24,14 @@ st_err_t st_signal_buffer_add_named_tx(PGconn *conn, const char *instance_id, co
                                        const char *signal_id, const char *payload_json,
                                        st_errbuf_t *eb);
 
+/* What `instance_id` keeps of named signals now: *count rows and *bytes of payload,
+ * measured as JSON text (what st_signal_buffer_add_named_tx() was given, as PostgreSQL
+ * prints it back). Held envelopes are not counted. Expects the caller's open
+ * transaction, holding the instance's lock so that the answer stays true until the
+ * caller adds a row (the wake-up's). */
+st_err_t st_signal_buffer_named_usage_tx(PGconn *conn, const char *instance_id, long long *count,
+                                         long long *bytes, st_errbuf_t *eb);
+
 /* Takes (deletes) the oldest kept named signal of `instance_id` whose name is in
  * `names_json` (a JSON array of names; "*" takes any), locking it first: *row (caller
  * PQclear()s) has zero rows or one: signal_id, payload (JSON text), name. Held
