@@ -82,8 +82,121 @@ static st_defn_t *compile_or_reply(st_http_req_t *req, json_t *doc)
     return defn;
 }
 
+/* ---- definitions a definition starts ---------------------------------------------
+ *
+ * A subworkflow step starts an instance of another definition, with input the
+ * definition chose. Importing it therefore needs what starting that definition needs:
+ * instances:start on it (docs/api.md, "Permissions"), or definitions:write@A with
+ * instances:start@A would start anything through A. The executor checks the importer
+ * again when the child starts (services/executor/effects.c). The subworkflow step is
+ * the only step of the canonical form (flows; processes and lifecycles compile to no
+ * such step) that names another definition. */
+
+/* Appends {definition, pointer} for every subworkflow step in the canonical steps
+ * `steps` (at `pointer`) and in the step lists nested in them: any member of a step
+ * that is an array of steps (then, else, default, body, on_timeout, on_failure), of
+ * step arrays (a parallel's branches) or of objects with steps (a switch's cases). */
+static void collect_starts(const json_t *steps, const char *pointer, int depth, json_t *out)
+{
+    if (!json_is_array(steps) || depth > 200)
+        return;
+    size_t i;
+    json_t *step;
+    json_array_foreach(steps, i, step) {
+        char p[700];
+        snprintf(p, sizeof p, "%.600s/%zu", pointer, i);
+        if (!json_is_object(step))
+            continue;
+        const char *type = json_string_value(json_object_get(step, "type"));
+        const char *definition = json_string_value(json_object_get(step, "definition"));
+        if (type != NULL && strcmp(type, "subworkflow") == 0 && definition != NULL) {
+            char dp[720];
+            snprintf(dp, sizeof dp, "%s/definition", p);
+            json_array_append_new(out, json_pack("{s:s, s:s}", "definition", definition,
+                                                 "pointer", dp));
+        }
+        const char *key;
+        json_t *member;
+        json_object_foreach(step, key, member) {
+            if (!json_is_array(member) || strchr(key, '/') || strchr(key, '~'))
+                continue;
+            char mp[800];
+            snprintf(mp, sizeof mp, "%.700s/%.90s", p, key);
+            const json_t *first = json_array_get(member, 0);
+            if (json_is_object(first) && json_object_get(first, "type") != NULL) {
+                collect_starts(member, mp, depth + 1, out);   /* steps */
+                continue;
+            }
+            size_t k;
+            json_t *item;
+            json_array_foreach(member, k, item) {
+                char ip[900];
+                snprintf(ip, sizeof ip, "%.800s/%zu", mp, k);
+                if (json_is_array(item))   /* a branch */
+                    collect_starts(item, ip, depth + 1, out);
+                else if (json_is_object(item) && json_is_array(json_object_get(item, "steps"))) {
+                    char sp[920];   /* a case */
+                    snprintf(sp, sizeof sp, "%s/steps", ip);
+                    collect_starts(json_object_get(item, "steps"), sp, depth + 1, out);
+                }
+            }
+        }
+    }
+}
+
+/* Every definition `defn`'s steps start: [{definition, pointer, allowed}], `allowed`
+ * whether `who` holds instances:start on it. Caller decrefs. */
+static json_t *definition_starts(const st_defn_t *defn, const st_principal_t *who)
+{
+    const json_t *canonical = st_defn_canonical(defn);
+    json_t *starts = json_array();
+    collect_starts(json_object_get(canonical, "steps"), "/steps", 0, starts);
+    const char *state;
+    json_t *steps;
+    json_object_foreach((json_t *)json_object_get(canonical, "states"), state, steps) {
+        char p[300];   /* a process's states: {"steps": [...]} each */
+        snprintf(p, sizeof p, "/states/%.200s/steps", state);
+        collect_starts(json_object_get(steps, "steps"), p, 0, starts);
+    }
+    size_t i;
+    json_t *start;
+    json_array_foreach(starts, i, start)
+        json_object_set_new(start, "allowed",
+                            json_boolean(st_principal_may(who, ST_PERM_INSTANCES_START,
+                                                          json_string_value(json_object_get(start, "definition")),
+                                                          NULL)));
+    return starts;
+}
+
+/* Answers 403 and returns 0 when the caller may not start a definition `defn` starts
+ * (the first such step, in document order); 1 when it may start them all. */
+static int may_import_starts(st_api_t *api, st_http_req_t *req, const st_defn_t *defn)
+{
+    json_t *starts = definition_starts(defn, &api->current);
+    size_t i;
+    json_t *start;
+    json_array_foreach(starts, i, start) {
+        if (json_is_true(json_object_get(start, "allowed")))
+            continue;
+        const char *definition = json_string_value(json_object_get(start, "definition"));
+        const char *perm = st_perm_name(ST_PERM_INSTANCES_START);
+        char msg[400];
+        snprintf(msg, sizeof msg, "importing this definition needs the permission %s for the "
+                 "definition %.150s, which its subworkflow step starts", perm, definition);
+        st_http_reply_problem(req, 403, "forbidden", msg,
+                              json_string_value(json_object_get(start, "pointer")),
+                              json_pack("{s:s, s:s}", "required_permission", perm,
+                                        "definition", definition));
+        json_decref(starts);
+        return 0;
+    }
+    json_decref(starts);
+    return 1;
+}
+
 static void handle_validate(st_http_req_t *req, void *ctx)
 {
+    st_api_t *api = ctx;
     json_t *doc = st_http_body_object(req);
     if (doc == NULL)
         return;
@@ -91,10 +204,12 @@ static void handle_validate(st_http_req_t *req, void *ctx)
     json_decref(doc);
     if (defn == NULL)
         return;
-    st_http_reply_json(req, 200, json_pack("{s:b, s:s, s:i, s:s, s:O}", "valid", 1, "name",
+    /* what an import would also need: instances:start on each definition it starts */
+    st_http_reply_json(req, 200, json_pack("{s:b, s:s, s:i, s:s, s:O, s:o}", "valid", 1, "name",
                                            st_defn_name(defn), "version",
                                            st_defn_version(defn), "kind", st_defn_kind(defn),
-                                           "canonical", st_defn_canonical(defn)));
+                                           "canonical", st_defn_canonical(defn), "starts",
+                                           definition_starts(defn, &api->current)));
     st_defn_free(defn);
 }
 
@@ -105,7 +220,8 @@ static void handle_import(st_http_req_t *req, void *ctx)
     if (doc == NULL)
         return;
     st_defn_t *defn = compile_or_reply(req, doc);
-    if (defn == NULL) {
+    if (defn == NULL || !may_import_starts(api, req, defn)) {
+        st_defn_free(defn);
         json_decref(doc);
         return;
     }
@@ -113,7 +229,8 @@ static void handle_import(st_http_req_t *req, void *ctx)
     char *canonical = json_dumps(st_defn_canonical(defn), JSON_COMPACT);
     json_decref(doc);
     const st_definition_new_t def = {st_defn_name(defn), st_defn_version(defn),
-                                     st_defn_kind(defn), source, canonical};
+                                     st_defn_kind(defn), source, canonical,
+                                     api->current.name};
     st_errbuf_t eb;
     int inserted = 0, same = 0;
     PGconn *conn = st_api_conn_or_reply(api, req);

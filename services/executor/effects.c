@@ -22,6 +22,21 @@
 static const char *const sql_child_version =
     "SELECT version FROM strand.definitions WHERE name = $1"
     " AND ($2::int IS NULL OR version = $2::int) ORDER BY version DESC LIMIT 1";
+/* Who imported the definition version instance $1 runs (one row; NULL: not recorded). */
+static const char *const sql_parent_importer =
+    "SELECT d.imported_by FROM strand.instances i JOIN strand.definitions d"
+    " ON d.name = i.definition_name AND d.version = i.definition_version WHERE i.id = $1::uuid";
+
+/* The token file child starts are checked against (effects.h): whether one is
+ * configured, and the loaded file (NULL: not loaded yet). */
+static int effects_auth_configured;
+static const st_auth_t *effects_auth;
+
+void st_effects_set_auth(int configured, const st_auth_t *auth)
+{
+    __atomic_store_n(&effects_auth, auth, __ATOMIC_RELEASE);
+    __atomic_store_n(&effects_auth_configured, configured, __ATOMIC_RELEASE);
+}
 
 /* Compact JSON text of `value` (NULL or JSON null -> `fallback`). Caller frees. */
 static char *json_text(const json_t *value, const char *fallback)
@@ -57,12 +72,82 @@ static st_err_t open_task_tx(PGconn *conn, const char *instance_id, const json_t
     return err;
 }
 
+/* With a token file: *importer gets the principal that imported the definition
+ * version `instance_id` runs ("" when none is recorded, then nothing is checked) and
+ * *allowed whether that principal still holds instances:start on `definition` in the
+ * current token file (none while the file has not loaded). Without one *allowed is 1. */
+static st_err_t may_start_child_tx(PGconn *conn, const char *instance_id, const char *definition,
+                                   char *importer, size_t len, int *allowed, st_errbuf_t *eb)
+{
+    const st_auth_t *auth = __atomic_load_n(&effects_auth, __ATOMIC_ACQUIRE);
+    int configured = __atomic_load_n(&effects_auth_configured, __ATOMIC_ACQUIRE);
+    importer[0] = '\0';
+    *allowed = 1;
+    if (!configured || (auth != NULL && !st_auth_enabled(auth)))
+        return ST_OK;
+    const char *params[] = {instance_id};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_parent_importer, 1, params, &res, eb);
+    if (err != ST_OK)
+        return err;
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        snprintf(importer, len, "%s", PQgetvalue(res, 0, 0));
+        *allowed = auth != NULL &&
+                   st_auth_principal_may(auth, importer, ST_PERM_INSTANCES_START, definition);
+    }
+    PQclear(res);
+    return ST_OK;
+}
+
+/* A child its parent's importer may no longer start: no child; the parent is woken as
+ * by a failed child (CHILD_COMPLETED, status failed) with the error
+ * child_start_forbidden, so the subworkflow step fails (on_failure, or the instance
+ * fails), and a ChildStartForbidden notice says why. */
+static st_err_t refuse_child_tx(PGconn *conn, const char *instance_id, const json_t *effect,
+                                const char *definition, const char *importer, st_errbuf_t *eb)
+{
+    const char *perm = st_perm_name(ST_PERM_INSTANCES_START);
+    char msg[600];
+    snprintf(msg, sizeof msg, "the subworkflow's child was not started: %.127s, who imported "
+             "this definition version, does not hold the permission %s for the definition %.150s%s",
+             importer, perm, definition,
+             __atomic_load_n(&effects_auth, __ATOMIC_ACQUIRE) == NULL
+                 ? " (the executor has not loaded the token file STRAND_AUTH_FILE: nobody holds any)"
+                 : "");
+    json_t *error = json_pack("{s:s, s:s, s:s, s:s, s:s}", "code", "child_start_forbidden",
+                              "message", msg, "principal", importer, "definition", definition,
+                              "required_permission", perm);
+    if (error == NULL)
+        return st_err_set(eb, ST_ERR_NOMEM, "could not build the child_start_forbidden error");
+    st_err_t err = st_notice_add_tx(conn, "ChildStartForbidden", instance_id, NULL, msg, error, eb);
+    const char *token = string_field(effect, "token");
+    st_signal_t sig;
+    st_signal_init(&sig, ST_SIGNAL_CHILD_COMPLETED, instance_id, -1);
+    snprintf(sig.waiting_token, sizeof sig.waiting_token, "%s", token ? token : "");
+    sig.payload = json_pack("{s:n, s:s, s:n, s:O}", "child_id", "status", "failed", "output",
+                            "error", error);
+    if (err == ST_OK)
+        err = sig.payload == NULL ? st_err_set(eb, ST_ERR_NOMEM, "could not build a signal")
+                                  : st_signal_enqueue_tx(conn, &sig, eb);
+    st_signal_close(&sig);
+    json_decref(error);
+    return err;
+}
+
 static st_err_t start_child_tx(PGconn *conn, const char *instance_id, const json_t *effect,
                                st_errbuf_t *eb)
 {
     const char *definition = string_field(effect, "definition");
     if (definition == NULL)
         return st_err_set(eb, ST_ERR_INVALID, "start_child effect lacks a definition");
+    char importer[128];
+    int allowed = 1;
+    st_err_t checked = may_start_child_tx(conn, instance_id, definition, importer,
+                                          sizeof importer, &allowed, eb);
+    if (checked != ST_OK)
+        return checked;
+    if (!allowed)
+        return refuse_child_tx(conn, instance_id, effect, definition, importer, eb);
     char version[16] = "";
     const json_t *v = json_object_get(effect, "version");
     if (json_is_integer(v))

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "strand/auth.h"
 #include "strand/engine.h"
 #include "strand/err.h"
 
@@ -18,6 +19,18 @@ typedef struct {
     char instance_id[40];
     char waiting_token[128];
 } st_parent_t;
+
+/* The token file a child start is checked against: `configured` when STRAND_AUTH_FILE
+ * names one, `auth` the loaded file (NULL while it has not loaded: then every checked
+ * principal holds nothing). main.c sets it before the workers start and again when a
+ * file that did not load at start-up loads; `auth` is borrowed until it is set again.
+ * With a token file, a subworkflow step starts its child only while the principal that
+ * imported the parent's definition version (strand.definitions.imported_by; NULL, from
+ * before migration 0027: not checked) holds instances:start on the child's definition;
+ * otherwise no child is created and the parent is woken with CHILD_COMPLETED, status
+ * failed, error code child_start_forbidden, so that the step fails as a failed child
+ * does. Without one (or with authentication off in it) nothing is checked. */
+void st_effects_set_auth(int configured, const st_auth_t *auth);
 
 /* Applies every effect of one run for `instance_id`. An `abandon` effect (a branch the
  * run gave up) ends the task, pending call or child of that wait (strand/tree.h). When

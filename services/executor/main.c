@@ -6,9 +6,12 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dispatcher.h"
+#include "effects.h"
 #include "executor.h"
+#include "strand/auth.h"
 #include "strand/engine.h"
 #include "strand/log.h"
 #include "strand/relay.h"
@@ -38,6 +41,49 @@ static int relay_ready(void *ctx)
     return st_relay_ready(ctx);
 }
 
+/* The token file a subworkflow's child start is checked against (effects.h). */
+typedef struct {
+    const char *path;      /* STRAND_AUTH_FILE; "" = none */
+    st_auth_t *auth;       /* NULL until it loads */
+    char last_error[sizeof ((st_errbuf_t *)0)->msg];   /* the last load failure logged */
+} tokens_t;
+
+/* Loads the token file at start-up. One that does not load does not stop the executor
+ * (it runs every instance but starts no checked child, fail closed): it is tried again
+ * on SIGHUP and every ST_RELOAD_CHECK_MS until it loads. */
+static void load_tokens(tokens_t *t, int forced)
+{
+    st_errbuf_t eb;
+    if (st_auth_load(t->path, &t->auth, &eb) == ST_OK) {
+        st_effects_set_auth(t->path[0] != '\0', t->auth);
+        if (t->last_error[0] != '\0')
+            st_log_info("token file loaded", "file=%s", t->path);
+        return;
+    }
+    t->auth = NULL;
+    if (forced || strcmp(t->last_error, eb.msg) != 0)
+        st_log_error("could not load the token file: no subworkflow child of a definition "
+                     "with a recorded importer starts until it loads", "%s", eb.msg);
+    snprintf(t->last_error, sizeof t->last_error, "%s", eb.msg);
+}
+
+/* SIGHUP or a changed STRAND_AUTH_FILE: the grants child starts are checked against
+ * change at once; a bad file keeps the old ones (auth.h). */
+static void reload_tokens(void *ctx, int forced)
+{
+    tokens_t *t = ctx;
+    if (t->auth == NULL) {
+        load_tokens(t, forced);
+        return;
+    }
+    st_errbuf_t eb;
+    int reloaded = 0;
+    if (st_auth_reload(t->auth, forced, &reloaded, &eb) != ST_OK)
+        st_log_error("could not reload the token file, keeping the old tokens", "%s", eb.msg);
+    else if (reloaded)
+        st_log_info("token file reloaded", NULL);
+}
+
 int main(void)
 {
     st_service_t svc;
@@ -47,9 +93,18 @@ int main(void)
         st_log_error("could not start", "%s", eb.msg);
         return 1;
     }
+    /* The API's token file: a child started by a subworkflow step needs its parent
+     * definition's importer to hold instances:start on the child's definition. */
+    static tokens_t tokens;
+    tokens.path = svc.cfg.auth_file;
+    st_effects_set_auth(tokens.path[0] != '\0', NULL);
+    load_tokens(&tokens, 1);
+    if (tokens.path[0] != '\0')
+        st_service_on_reload(&svc, reload_tokens, &tokens);
     if (st_service_prepare(&svc, &eb) != ST_OK) {
         st_log_error("could not prepare PostgreSQL and Kafka", "%s", eb.msg);
         st_service_close(&svc);
+        st_auth_free(tokens.auth);
         return 1;
     }
     st_relay_t *relay = NULL;
@@ -63,6 +118,7 @@ int main(void)
         st_dispatcher_stop(dispatcher);
         st_relay_stop(relay);
         st_service_close(&svc);
+        st_auth_free(tokens.auth);
         return 1;
     }
     st_service_add_ready(&svc, "outbox_relay", relay_ready, relay);
@@ -72,6 +128,8 @@ int main(void)
     st_dispatcher_stop(dispatcher);
     st_relay_stop(relay);
     st_service_close(&svc);
+    st_effects_set_auth(0, NULL);
+    st_auth_free(tokens.auth);
     st_log_info("executor stopped", NULL);
     return 0;
 }

@@ -10,8 +10,12 @@
  * with no roles gets 403 everywhere, the admin nowhere. Grants limited to a definition
  * ("instances:start@A") or an ACK consumer ("acks:send:billing") are checked on path
  * names, bodies, list filters and instance and task ids, and the Kafka ingress applies
- * the same rules to the token in its envelope.
+ * the same rules to the token in its envelope. A definition whose subworkflow steps
+ * start another definition needs instances:start on that one to be imported, and its
+ * importer still needs it when the child starts (the executor reads the token file too
+ * and reloads it on SIGHUP).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,10 @@
 #define T_ADMIN "perm-admin-token-0123456789"
 #define T_NOTHING "perm-nothing-token-0123456789"
 #define T_SCOPED "perm-scoped-token-0123456789"
+/* definitions:write, definitions:read and instances:start on A only */
+#define T_IMP_A "perm-imp-a-token-0123456789"
+/* the same and instances:start on B, until the token file is rewritten without it */
+#define T_IMP_AB "perm-imp-ab-token-0123456789"
 
 /* Every permission, in the order of the tokens "perm-<i>-token-0123456789". */
 static const char *const perms[] = {
@@ -133,6 +141,8 @@ static const struct {
 #define NEXPECT (sizeof expect / sizeof expect[0])
 
 static char def_a[64], def_b[64];
+static char token_path[256];
+static pid_t api_pid, executor_pid;
 
 /* A 403 that names `perm` as the missing permission. */
 static int forbidden_for(long status, json_t *p, const char *perm)
@@ -157,20 +167,23 @@ static void expect_answer(const char *token, const char *method, const char *pat
     json_decref(p);
 }
 
-static void test_start_services(void)
+/* Writes the token file (a new file renamed over the old one, as docs/api.md says);
+ * `imp_ab_starts_b`: the principal imp_ab holds instances:start@B. Returns 1 if done. */
+static int write_tokens(int imp_ab_starts_b)
 {
-    snprintf(def_a, sizeof def_a, "perm_a_%d", (int)getpid());
-    snprintf(def_b, sizeof def_b, "perm_b_%d", (int)getpid());
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/strand-test-perm-tokens-%d.json", (int)getpid());
-    FILE *f = fopen(path, "w");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.new", token_path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return 0;
     fprintf(f, "{\"roles\": {");
     for (size_t i = 0; i < NPERMS; i++)
         if (strcmp(perms[i], "admin") != 0)
             fprintf(f, "\"only-%zu\": [\"%s\"], ", i, perms[i]);
     fprintf(f, "\"scoped\": [\"definitions:read@%s\", \"instances:read@%s\", \"instances:start@%s\","
-               " \"tasks:read@%s\", \"acks:send:billing\"]},", def_a, def_a, def_a, def_a);
+               " \"tasks:read@%s\", \"acks:send:billing\"],", def_a, def_a, def_a, def_a);
+    fprintf(f, "\"importer-a\": [\"definitions:write@%s\", \"definitions:read@%s\", \"instances:start@%s\"],"
+               "\"starter-b\": [\"instances:start@%s\"]},", def_a, def_a, def_a, def_b);
     fprintf(f, "\"tokens\": [");
     for (size_t i = 0; i < NPERMS; i++) {
         char role[32];
@@ -180,10 +193,26 @@ static void test_start_services(void)
     }
     fprintf(f, "{\"token\": \"%s\", \"principal\": \"root\", \"roles\": [\"admin\"]},"
                "{\"token\": \"%s\", \"principal\": \"nobody\", \"roles\": []},"
-               "{\"token\": \"%s\", \"principal\": \"scoped\", \"roles\": [\"scoped\"]}]}",
-            T_ADMIN, T_NOTHING, T_SCOPED);
-    fclose(f);
-    it_start_api_executor(path);
+               "{\"token\": \"%s\", \"principal\": \"scoped\", \"roles\": [\"scoped\"]},"
+               "{\"token\": \"%s\", \"principal\": \"imp_a\", \"roles\": [\"importer-a\"]},"
+               "{\"token\": \"%s\", \"principal\": \"imp_ab\", \"roles\": [\"importer-a\"%s]}]}",
+            T_ADMIN, T_NOTHING, T_SCOPED, T_IMP_A, T_IMP_AB, imp_ab_starts_b ? ", \"starter-b\"" : "");
+    return fclose(f) == 0 && rename(tmp, token_path) == 0;
+}
+
+static void test_start_services(void)
+{
+    snprintf(def_a, sizeof def_a, "perm_a_%d", (int)getpid());
+    snprintf(def_b, sizeof def_b, "perm_b_%d", (int)getpid());
+    snprintf(token_path, sizeof token_path, "/tmp/strand-test-perm-tokens-%d.json", (int)getpid());
+    CU_ASSERT_FATAL(write_tokens(1));
+    /* Both read the file (the executor checks a subworkflow's child start against it);
+     * it stays until the end, when the last cases rewrite it. */
+    setenv("STRAND_AUTH_FILE", token_path, 1);
+    CU_ASSERT_FATAL((api_pid = it_start(IT_API)) > 0);
+    CU_ASSERT_FATAL((executor_pid = it_start(IT_EXECUTOR)) > 0);
+    CU_ASSERT_FATAL(it_wait_http(IT_API, "/readyz", 200, 60));
+    CU_ASSERT_FATAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 60));
     /* Two definitions whose instances wait in a task. */
     const char *defs[] = {def_a, def_b};
     for (int i = 0; i < 2; i++) {
@@ -417,6 +446,265 @@ static void test_ingress(void)
     CU_ASSERT_EQUAL(it_sql_number(sql), 0);
 }
 
+/* ---- a scope is a scope (issue 33): what a definition starts ------------------------ */
+
+/* A flow of A at `version` whose first steps are `first` (steps as JSON text). */
+static void flow_of_a(char *doc, size_t n, int version, const char *first)
+{
+    snprintf(doc, n, "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":%d,\"steps\":[%s,"
+             "{\"id\":\"done\",\"type\":\"complete\",\"output\":{\"why\":\"state.why\"}}]}",
+             def_a, version, first);
+}
+
+static long long versions_of_a(int version)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.definitions WHERE name = '%s' AND version = %d",
+             def_a, version);
+    return it_sql_number(sql);
+}
+
+/* An import answered 403 naming instances:start, the definition B and `pointer`. */
+static void expect_import_refused(const char *doc, const char *pointer)
+{
+    json_t *p = NULL;
+    long got = it_req(IT_API, T_IMP_A, "POST", "/v1/definitions", doc, &p);
+    int ok = forbidden_for(got, p, "instances:start") &&
+             strcmp(json_string_value(json_object_get(p, "definition")) ?: "", def_b) == 0 &&
+             strcmp(json_string_value(json_object_get(p, "field")) ?: "", pointer) == 0 &&
+             strstr(json_string_value(json_object_get(p, "message")) ?: "", def_b) != NULL;
+    if (!ok) {
+        char *text = p ? json_dumps(p, JSON_COMPACT) : NULL;
+        fprintf(stderr, "\nimport by imp_a: got %ld %s, want 403 for %s at %s\n", got, text ?: "",
+                def_b, pointer);
+        free(text);
+    }
+    CU_ASSERT_TRUE(ok);
+    json_decref(p);
+}
+
+/* definitions:write@A and instances:start@A do not import an A that starts B: 403
+ * naming instances:start and B, wherever the subworkflow step stands, and nothing is
+ * imported; /validate says so. With instances:start@B too, the import succeeds and
+ * records its importer. */
+static void test_import_needs_start_of_children(void)
+{
+    char doc[2200], step[900];
+    snprintf(step, sizeof step, "{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\","
+             "\"input\":{\"chosen\":\"'by the importer'\"}}", def_b);
+    flow_of_a(doc, sizeof doc, 10, step);
+    expect_import_refused(doc, "/steps/0/definition");
+    CU_ASSERT_EQUAL(versions_of_a(10), 0);
+    /* nested: in an if's else and in a parallel's second branch */
+    snprintf(step, sizeof step,
+             "{\"id\":\"i\",\"type\":\"if\",\"condition\":\"true\","
+             "\"then\":[{\"id\":\"s\",\"type\":\"set\",\"values\":{\"x\":\"1\"}}],"
+             "\"else\":[{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\"}]}", def_b);
+    flow_of_a(doc, sizeof doc, 11, step);
+    expect_import_refused(doc, "/steps/0/else/0/definition");
+    snprintf(step, sizeof step,
+             "{\"id\":\"p\",\"type\":\"parallel\",\"branches\":["
+             "[{\"id\":\"a\",\"type\":\"subworkflow\",\"definition\":\"%s\"}],"
+             "[{\"id\":\"b\",\"type\":\"subworkflow\",\"definition\":\"%s\"}]]}", def_a, def_b);
+    flow_of_a(doc, sizeof doc, 11, step);
+    expect_import_refused(doc, "/steps/0/branches/1/0/definition");
+    CU_ASSERT_EQUAL(versions_of_a(11), 0);
+    /* /validate lists what the document starts and whether the caller may */
+    json_t *v = NULL;
+    CU_ASSERT_EQUAL(it_req(IT_API, T_IMP_A, "POST", "/v1/definitions/validate", doc, &v), 200);
+    json_t *starts = json_object_get(v, "starts");
+    CU_ASSERT_EQUAL(json_array_size(starts), 2);
+    CU_ASSERT_TRUE(json_is_true(json_object_get(json_array_get(starts, 0), "allowed")));
+    CU_ASSERT_TRUE(json_is_false(json_object_get(json_array_get(starts, 1), "allowed")));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(starts, 1), "definition")) ?: "",
+                           def_b);
+    json_decref(v);
+    /* every nesting: a switch's case and default, a loop's body, a wait's on_timeout, a
+     * subworkflow's on_failure */
+    char sub[200];
+    snprintf(sub, sizeof sub, "{\"id\":\"%%s\",\"type\":\"subworkflow\",\"definition\":\"%s\"}", def_b);
+    char s1[220], s2[220], s3[220], s4[220];
+    snprintf(s1, sizeof s1, sub, "c1");
+    snprintf(s2, sizeof s2, sub, "c2");
+    snprintf(s3, sizeof s3, sub, "c3");
+    snprintf(s4, sizeof s4, sub, "c4");
+    char nested[1400];
+    snprintf(nested, sizeof nested,
+             "{\"id\":\"sw\",\"type\":\"switch\",\"cases\":[{\"when\":\"true\",\"steps\":[%s]}],"
+             "\"default\":[{\"id\":\"w\",\"type\":\"while\",\"condition\":\"false\",\"max_iterations\":2,"
+             "\"body\":[%s]}]},"
+             "{\"id\":\"ws\",\"type\":\"wait_signal\",\"name\":\"go\",\"timeout\":\"1000\","
+             "\"on_timeout\":[%s]},"
+             "{\"id\":\"c0\",\"type\":\"subworkflow\",\"definition\":\"%s\",\"on_failure\":[%s]}",
+             s1, s2, s3, def_a, s4);
+    flow_of_a(doc, sizeof doc, 12, nested);
+    v = NULL;
+    CU_ASSERT_EQUAL(it_req(IT_API, T_IMP_A, "POST", "/v1/definitions/validate", doc, &v), 200);
+    starts = json_object_get(v, "starts");
+    static const char *const pointers[] = {"/steps/0/cases/0/steps/0/definition",
+                                           "/steps/0/default/0/body/0/definition",
+                                           "/steps/1/on_timeout/0/definition", "/steps/2/definition",
+                                           "/steps/2/on_failure/0/definition"};
+    CU_ASSERT_EQUAL(json_array_size(starts), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *start = NULL;
+        for (size_t k = 0; k < json_array_size(starts) && start == NULL; k++)
+            if (strcmp(json_string_value(json_object_get(json_array_get(starts, k), "pointer")) ?: "",
+                       pointers[i]) == 0)
+                start = json_array_get(starts, k);
+        if (start == NULL)
+            fprintf(stderr, "\nvalidate: no start at %s\n", pointers[i]);
+        CU_ASSERT_PTR_NOT_NULL(start);
+        CU_ASSERT_EQUAL(json_is_true(json_object_get(start, "allowed")), i == 3);
+    }
+    json_decref(v);
+    /* with instances:start@B: imported, by imp_ab; A v10 fails when B cannot start, A v11
+     * handles it in on_failure */
+    snprintf(step, sizeof step, "{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\","
+             "\"input\":{\"chosen\":\"'by the importer'\"}}", def_b);
+    flow_of_a(doc, sizeof doc, 10, step);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_IMP_AB, "POST", "/v1/definitions", doc, NULL), 201);
+    snprintf(step, sizeof step, "{\"id\":\"k\",\"type\":\"subworkflow\",\"definition\":\"%s\","
+             "\"on_failure\":[{\"id\":\"note\",\"type\":\"set\","
+             "\"values\":{\"why\":\"state.k.error.code\"}}]}", def_b);
+    flow_of_a(doc, sizeof doc, 11, step);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_IMP_AB, "POST", "/v1/definitions", doc, NULL), 201);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT imported_by FROM strand.definitions WHERE name = '%s' AND version = 10",
+             def_a);
+    char *by = it_sql_text(sql);
+    CU_ASSERT_STRING_EQUAL(by ?: "", "imp_ab");
+    free(by);
+}
+
+/* How many lines of the executor's log say `what`. */
+static int executor_log_count(const char *what)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/test_permissions-executor.log",
+             getenv("STRAND_TEST_LOG_DIR") ?: "/tmp");
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    char line[4096];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, what) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* Starts A `version` as the admin and waits until it ends; returns it (caller
+ * decrefs) or NULL. */
+static json_t *run_a(int version, char *id, size_t n)
+{
+    char body[300], sql[300], path[200];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"version\":%d}", def_a, version);
+    json_t *a = NULL;
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &a), 201);
+    snprintf(id, n, "%s", json_string_value(json_object_get(a, "id")) ?: "");
+    json_decref(a);
+    if (id[0] == '\0')
+        return NULL;
+    snprintf(sql, sizeof sql, "SELECT status FROM strand.instances WHERE id = '%s'"
+             " AND status IN ('completed', 'failed', 'cancelled', 'terminated')", id);
+    char *status = it_wait_text(sql, 30);
+    free(status);
+    snprintf(path, sizeof path, "/v1/instances/%s", id);
+    a = NULL;
+    it_req(IT_API, T_ADMIN, "GET", path, NULL, &a);
+    return a;
+}
+
+static long long children_of(const char *id)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE parent_instance_id = '%s'", id);
+    return it_sql_number(sql);
+}
+
+/* The executor checks again when the child starts: once imp_ab no longer holds
+ * instances:start@B (the token file rewritten, the executor reloads it), A's
+ * subworkflow step fails with child_start_forbidden and no B instance exists; with
+ * on_failure, A goes on. */
+static void test_child_start_rechecked(void)
+{
+    int reloads = executor_log_count("token file reloaded");
+    CU_ASSERT_FATAL(write_tokens(0));
+    CU_ASSERT_EQUAL(kill(api_pid, SIGHUP), 0);
+    CU_ASSERT_EQUAL(kill(executor_pid, SIGHUP), 0);
+    for (int i = 0; i < 200 && executor_log_count("token file reloaded") <= reloads; i++)
+        usleep(50 * 1000);
+    CU_ASSERT_TRUE(executor_log_count("token file reloaded") > reloads);
+    char id[40];
+    json_t *a = run_a(10, id, sizeof id);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "status")) ?: "", "failed");
+    const json_t *error = json_object_get(a, "error");
+    const json_t *cause = json_object_get(error, "error");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(error, "code")) ?: "", "child_failed");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(error, "step")) ?: "", "/steps/0");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "code")) ?: "", "child_start_forbidden");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "principal")) ?: "", "imp_ab");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "definition")) ?: "", def_b);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "required_permission")) ?: "",
+                           "instances:start");
+    if (a == NULL || json_object_get(cause, "code") == NULL) {
+        char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+        fprintf(stderr, "\nA v10: %s\n", text ?: "(did not end)");
+        free(text);
+    }
+    json_decref(a);
+    CU_ASSERT_EQUAL(children_of(id), 0);
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.notices WHERE instance_id = '%s'"
+             " AND code = 'ChildStartForbidden'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    /* the normal failure path: on_failure runs */
+    a = run_a(11, id, sizeof id);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "status")) ?: "", "completed");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(a, "output"), "why")) ?: "",
+                           "child_start_forbidden");
+    json_decref(a);
+    CU_ASSERT_EQUAL(children_of(id), 0);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE definition_name = '%s'"
+             " AND parent_instance_id IS NOT NULL AND parent_instance_id IN (SELECT id FROM strand.instances"
+             " WHERE definition_name = '%s' AND definition_version IN (10, 11))", def_b, def_a);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+}
+
+/* An executor that cannot read its token file runs on but fails closed: no principal
+ * holds anything, so even the admin's A v2 starts no child; once the file is back (and
+ * read on SIGHUP) it does. */
+static void test_unreadable_tokens_fail_closed(void)
+{
+    CU_ASSERT_EQUAL(it_stop(IT_EXECUTOR, SIGTERM, 30), 0);
+    CU_ASSERT_EQUAL(unlink(token_path), 0);
+    CU_ASSERT_FATAL((executor_pid = it_start(IT_EXECUTOR)) > 0);
+    CU_ASSERT_FATAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 60));
+    char id[40];
+    json_t *a = run_a(2, id, sizeof id);
+    const json_t *cause = json_object_get(json_object_get(a, "error"), "error");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(a, "status")) ?: "", "failed");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "code")) ?: "", "child_start_forbidden");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(cause, "principal")) ?: "", "root");
+    json_decref(a);
+    CU_ASSERT_EQUAL(children_of(id), 0);
+    /* the file back: read on SIGHUP, and the admin's A v2 starts its child again */
+    int loads = executor_log_count("token file loaded");
+    CU_ASSERT_FATAL(write_tokens(0));
+    CU_ASSERT_EQUAL(kill(executor_pid, SIGHUP), 0);
+    for (int i = 0; i < 200 && executor_log_count("token file loaded") <= loads; i++)
+        usleep(50 * 1000);
+    CU_ASSERT_TRUE(executor_log_count("token file loaded") > loads);
+    char body[300], sql[300];
+    snprintf(body, sizeof body, "{\"definition\":\"%s\",\"version\":2}", def_a);
+    a = NULL;
+    CU_ASSERT_EQUAL_FATAL(it_req(IT_API, T_ADMIN, "POST", "/v1/instances", body, &a), 201);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(a, "id")) ?: "");
+    json_decref(a);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE parent_instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+}
+
 int main(void)
 {
     if (!it_init("test_permissions"))
@@ -428,6 +716,12 @@ int main(void)
         {"grants limited to a definition or a consumer", test_limited_grants},
         {"kafka ingress: the same permissions", test_ingress},
         {"a scoped caller sees nothing of what it may not read", test_scope_hides_the_unreadable},
+        {"importing a definition needs instances:start on what it starts",
+         test_import_needs_start_of_children},
+        {"a child's start is checked again against the reloaded token file", test_child_start_rechecked},
+        {"an executor without its token file starts no checked child", test_unreadable_tokens_fail_closed},
     };
-    return it_run_suite("permissions", cases, (int)(sizeof cases / sizeof cases[0]));
+    int rc = it_run_suite("permissions", cases, (int)(sizeof cases / sizeof cases[0]));
+    unlink(token_path);
+    return rc;
 }

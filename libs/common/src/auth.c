@@ -516,3 +516,18 @@ int st_principal_may(const st_principal_t *who, st_perm_t perm, const char *defi
     }
     return 0;
 }
+
+int st_auth_principal_may(const st_auth_t *auth, const char *name, st_perm_t perm,
+                          const char *definition)
+{
+    if (!st_auth_enabled(auth))
+        return 1;
+    if (name == NULL)
+        return 0;
+    const table_t *table = current(auth);
+    for (size_t i = 0; i < table->count; i++)
+        if (strcmp(table->entries[i].principal.name, name) == 0 &&
+            st_principal_may(&table->entries[i].principal, perm, definition, NULL))
+            return 1;
+    return 0;
+}

@@ -8,8 +8,8 @@
 #include "strand/pg.h"
 
 static const char *const sql_definition_insert =
-    "INSERT INTO strand.definitions (name, version, kind, source, canonical)"
-    " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb) ON CONFLICT (name, version) DO NOTHING"
+    "INSERT INTO strand.definitions (name, version, kind, source, canonical, imported_by)"
+    " VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6) ON CONFLICT (name, version) DO NOTHING"
     " RETURNING 1";
 static const char *const sql_definition_same =
     "SELECT canonical = $3::jsonb FROM strand.definitions WHERE name = $1 AND version = $2";
@@ -59,10 +59,10 @@ st_err_t st_definition_add_tx(PGconn *conn, const st_definition_new_t *def, int 
     char version[16];
     snprintf(version, sizeof version, "%d", def->version);
     const char *params[] = {def->name, version, def->kind, def->source_json,
-                            def->canonical_json};
+                            def->canonical_json, def->imported_by};
     PGresult *res = NULL;
     *inserted = 0;
-    st_err_t err = st_pg_exec(conn, sql_definition_insert, 5, params, &res, eb);
+    st_err_t err = st_pg_exec(conn, sql_definition_insert, 6, params, &res, eb);
     if (err == ST_OK)
         *inserted = PQntuples(res) == 1;
     PQclear(res);

@@ -119,4 +119,13 @@ st_holds_t st_principal_holds(const st_principal_t *who, st_perm_t perm);
 int st_principal_may(const st_principal_t *who, st_perm_t perm, const char *definition,
                      const char *consumer);
 
+/* True if the principal named `name` holds `perm` for `definition` (st_principal_may())
+ * through some token of the current token file: every token entry with that principal
+ * counts. A principal the file no longer names holds nothing (0). With authentication
+ * off, 1. For checks made later on a principal's behalf (the executor: the importer of
+ * a definition may still start its subworkflows' definitions). Thread-safe with
+ * st_auth_reload(). */
+int st_auth_principal_may(const st_auth_t *auth, const char *name, st_perm_t perm,
+                          const char *definition);
+
 #endif

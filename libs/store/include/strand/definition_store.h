@@ -4,7 +4,9 @@
  * migration 0007). Definitions are immutable: a (name, version) is inserted once, and a
  * lifecycle's lc_* rows are written with it, in the same transaction, from its
  * canonical JSON. Callers pass text the engine already serialised (st_defn_canonical())
- * and never SQL; the engine itself is not needed here.
+ * and never SQL; the engine itself is not needed here. Each version records the
+ * principal that imported it (imported_by), whose grants the executor checks again
+ * when one of its subworkflow steps starts another definition.
  *
  * Reads of these tables elsewhere (the executor's definition cache, starts, triggers)
  * still sit near their handlers (docs/architecture.md allows it).
@@ -25,11 +27,13 @@ typedef struct st_definition_new {
     const char *kind;             /* "flow", "lifecycle" or "process" */
     const char *source_json;      /* the imported document, as JSON text */
     const char *canonical_json;   /* its canonical form, as JSON text */
+    const char *imported_by;      /* the importing principal (migration 0027); NULL:
+                                     none recorded */
 } st_definition_new_t;
 
 /* Inserts definition `def` unless its (name, version) exists: *inserted is 1 when this
- * call inserted it, 0 when the pair was already there (nothing is written then; compare
- * with st_definition_same()). A lifecycle ("lifecycle" kind) that is inserted gets its
+ * call inserted it, 0 when the pair was already there (nothing is written then, its
+ * importer included; compare with st_definition_same()). A lifecycle ("lifecycle" kind) that is inserted gets its
  * blueprint's lc_* rows too, from `canonical_json`, one statement per table. Expects the
  * caller's open transaction; on failure the caller rolls back. */
 st_err_t st_definition_add_tx(PGconn *conn, const st_definition_new_t *def, int *inserted,
