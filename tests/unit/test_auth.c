@@ -177,6 +177,33 @@ static void test_bad_roles(void)
     expect_bad(doc, "unknown permission");
 }
 
+/* A principal looked up by name (the executor's later check on an importer's behalf):
+ * every token of that name counts, a name the file does not hold has nothing, and with
+ * authentication off everything is allowed. */
+static void test_principal_may_by_name(void)
+{
+    const char *doc =
+        "{\"roles\":{\"a-starter\":[\"instances:start@A\"],\"b-starter\":[\"instances:start@B\"]},"
+        "\"tokens\":[{\"token\":\"imp-one-0123456789\",\"principal\":\"imp\",\"roles\":[\"a-starter\"]},"
+        "{\"token\":\"imp-two-0123456789\",\"principal\":\"imp\",\"roles\":[\"b-starter\"]},"
+        "{\"token\":\"root-token-0123456789\",\"principal\":\"root\",\"roles\":[\"admin\"]}]}";
+    char *path = write_file(doc);
+    st_auth_t *auth = NULL;
+    st_errbuf_t eb;
+    CU_ASSERT_EQUAL_FATAL(st_auth_load(path, &auth, &eb), ST_OK);
+    CU_ASSERT_TRUE(st_auth_principal_may(auth, "imp", ST_PERM_INSTANCES_START, "A"));
+    CU_ASSERT_TRUE(st_auth_principal_may(auth, "imp", ST_PERM_INSTANCES_START, "B"));   /* 2nd token */
+    CU_ASSERT_FALSE(st_auth_principal_may(auth, "imp", ST_PERM_INSTANCES_START, "C"));
+    CU_ASSERT_FALSE(st_auth_principal_may(auth, "imp", ST_PERM_INSTANCES_OPERATE, "A"));
+    CU_ASSERT_TRUE(st_auth_principal_may(auth, "root", ST_PERM_INSTANCES_START, "C"));
+    CU_ASSERT_FALSE(st_auth_principal_may(auth, "gone", ST_PERM_INSTANCES_START, "A"));
+    st_auth_free(auth);
+    unlink(path);
+    CU_ASSERT_EQUAL_FATAL(st_auth_load("", &auth, &eb), ST_OK);
+    CU_ASSERT_TRUE(st_auth_principal_may(auth, "anyone", ST_PERM_INSTANCES_START, "A"));
+    st_auth_free(auth);
+}
+
 ST_TEST_MAIN("auth", ST_TEST(test_tokens_map_to_principals), ST_TEST(test_off_without_file),
              ST_TEST(test_bearer_header), ST_TEST(test_bad_files), ST_TEST(test_roles_grant_permissions),
-             ST_TEST(test_bad_roles))
+             ST_TEST(test_bad_roles), ST_TEST(test_principal_may_by_name))
