@@ -55,6 +55,25 @@ logs=$STRAND_STACK_DIR/logs
 mkdir -p "$logs/release" "$logs/asan"
 failed_logs=()
 
+# Prints the sanitizer reports (ASan, LeakSanitizer, UBSan) in the service logs of a
+# directory; returns 1 if there is one, 0 if none. The harness already fails a program
+# on its own services' reports; this looks once more over the whole pass, for what no
+# program saw. UBSan's "runtime error:" counts only outside the services' JSON lines.
+check_sanitizer_reports() {
+  local f hits first found=0
+  for f in "$1"/*.log; do
+    [ -f "$f" ] || continue
+    hits=$( { grep -nE '(ERROR|SUMMARY): (AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)' "$f"
+              grep -nE 'runtime error:' "$f" | grep -vE '^[0-9]+:\{'; } | sort -n -u -t: -k1,1 || true)
+    [ -n "$hits" ] || continue
+    found=1
+    first=${hits%%:*}
+    echo "---- sanitizer report in $f ($(printf '%s\n' "$hits" | wc -l) report lines):"
+    sed -n "$(( first > 1 ? first - 1 : 1 )),$(( first + 120 ))p" "$f"
+  done
+  return $found
+}
+
 rc=0
 if [ ${#filter[@]} -eq 0 ]; then
   echo "== deploy manifests, Dockerfile, dashboard and alert rules (offline)"
@@ -69,6 +88,13 @@ if [ $quick -eq 0 ]; then
     STRAND_TEST_PORT_BASE=$(( ${STRAND_TEST_PORT_BASE:-18080} + 10 )) STRAND_TEST_LOG_DIR=$logs/asan \
     ctest --test-dir build-asan --output-on-failure --timeout 900 "${filter[@]}" ||
     { rc=1; failed_logs+=("$logs/asan"); }
+  echo "== sanitizer reports in the service logs of the ASan + UBSan pass"
+  if check_sanitizer_reports "$logs/asan"; then
+    echo "none"
+  else
+    rc=1
+    [[ " ${failed_logs[*]} " == *" $logs/asan "* ]] || failed_logs+=("$logs/asan")
+  fi
 fi
 if [ $quick -eq 0 ] && [ ${#filter[@]} -eq 0 ] && [ -x scripts/fuzz.sh ]; then
   echo "== fuzzers (brief)"

@@ -43,7 +43,7 @@ int st_ctl_definitions_get(const st_ctl_t *ctl, const st_ctl_args_t *a)
 
 int st_ctl_definitions_diagram(const st_ctl_t *ctl, const st_ctl_args_t *a)
 {
-    char path[1024], name[700], inst[300] = "";
+    char path[1100], name[700], inst[300] = "";   /* room for both escaped parts */
     const char *instance = st_ctl_opt(a, "instance");
     st_ctl_escape(a->pos[0], name, sizeof name);
     if (instance != NULL)

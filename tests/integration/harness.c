@@ -5,12 +5,14 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,11 +25,28 @@ static const char *const service_names[IT_NSERVICES] = {"api", "executor", "sche
 static pid_t pids[IT_NSERVICES];
 #define MAX_REPLICAS 16
 static pid_t replica_pids[MAX_REPLICAS];
+static it_service_t replica_svc[MAX_REPLICAS];
+static int replica_no[MAX_REPLICAS];
 static int port_base = 18080;
 static char bin_dir[1024];
 static char log_dir[1024];
 static char test_name_buf[64];
 static char topic_prefix[96];
+
+/* The logs this program writes (<log dir>/<test>-*.log: its services', and those of
+ * the tools it runs itself, such as strand-admin), each with its size before this run:
+ * logs are appended to across runs, and only this run's part is quoted and scanned
+ * for sanitizer reports. */
+#define MAX_LOGS 128
+static struct {
+    char path[1200];
+    off_t from;
+} test_logs[MAX_LOGS];
+static int ntest_logs;
+/* Service exits that were not clean (see judge_exit()); each fails the program. */
+static int unclean_exits;
+
+static void register_test_logs(void);
 
 static void kill_children(void)
 {
@@ -62,6 +81,7 @@ int it_init(const char *test_name)
     snprintf(test_name_buf, sizeof test_name_buf, "%s", test_name);
     snprintf(topic_prefix, sizeof topic_prefix, "it%ld%d.", (long)time(NULL), (int)getpid());
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    register_test_logs();
     atexit(kill_children);
     return 1;
 }
@@ -81,13 +101,193 @@ int it_port(it_service_t svc)
     return port_base + (int)svc;
 }
 
+static void log_path_of(it_service_t svc, int replica, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s-%s%s%.0d.log", log_dir, test_name_buf, service_names[svc],
+             replica ? "-" : "", replica);
+}
+
+/* Notes a log this program writes, with the size it has now (0 if it does not exist
+ * yet); one already noted keeps its size. */
+static void register_log(const char *path)
+{
+    for (int i = 0; i < ntest_logs; i++)
+        if (strcmp(test_logs[i].path, path) == 0)
+            return;
+    if (ntest_logs == MAX_LOGS)
+        return;
+    struct stat st;
+    snprintf(test_logs[ntest_logs].path, sizeof test_logs[0].path, "%s", path);
+    test_logs[ntest_logs].from = stat(path, &st) == 0 ? st.st_size : 0;
+    ntest_logs++;
+}
+
+/* Notes every <log dir>/<test>-*.log that exists now. */
+static void register_test_logs(void)
+{
+    char pattern[1200];
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/%s-*.log", log_dir, test_name_buf);
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            register_log(g.gl_pathv[i]);
+    globfree(&g);
+}
+
+/* This run's part of a registered log as a new string (caller frees), or NULL. */
+static char *read_log(const char *path)
+{
+    off_t from = 0;
+    for (int i = 0; i < ntest_logs; i++)
+        if (strcmp(test_logs[i].path, path) == 0)
+            from = test_logs[i].from;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && st.st_size < from)
+        from = 0;   /* written again from the start (truncated) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char chunk[8192];
+    size_t n;
+    if (mem != NULL && fseeko(f, from, SEEK_SET) == 0)
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            fwrite(chunk, 1, n, mem);
+    if (mem != NULL)
+        fclose(mem);
+    fclose(f);
+    return text;
+}
+
+/* Prints the last `nlines` lines of this run's part of a service log. */
+static void print_log_tail(const char *path, int nlines)
+{
+    char *text = read_log(path);
+    if (text == NULL) {
+        fprintf(stderr, "    (no log at %s)\n", path);
+        return;
+    }
+    const char *p = text + strlen(text);
+    if (p > text && p[-1] == '\n')
+        p--;
+    int seen = 0;
+    while (p > text && seen < nlines)
+        if (*--p == '\n')
+            seen++;
+    if (*p == '\n')
+        p++;
+    fprintf(stderr, "    ---- last %d lines of %s:\n%s%s", nlines, path, p,
+            *p && p[strlen(p) - 1] != '\n' ? "\n" : "");
+    free(text);
+}
+
+/* Judges how a service the harness reaped ended. Clean is exit status 0, or death by
+ * `sent`, the signal the test ended it with on purpose (SIGKILL from it_kill9() or
+ * it_stop(..., SIGKILL, ...)); `sent` 0 means nobody asked it to end. Anything else (a
+ * non-zero status, as LeakSanitizer's or UBSan's exit is, or another signal, as
+ * ASan's abort is) is printed with the tail of the service's log and fails the program. */
+static void judge_exit(const char *who, const char *log, pid_t pid, int status, int sent)
+{
+    char how[160];
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return;
+    if (WIFSIGNALED(status) && sent != 0 && WTERMSIG(status) == sent)
+        return;
+    if (WIFEXITED(status))
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof how, "ended with wait status 0x%x", (unsigned)status);
+    char asked[80] = "without being asked to end";
+    if (sent != 0)
+        snprintf(asked, sizeof asked, "after the test sent it signal %d (%s)", sent,
+                 strsignal(sent));
+    fprintf(stderr, "\nharness: service %s (pid %d) %s %s: not a clean exit\n", who, (int)pid,
+            how, asked);
+    print_log_tail(log, 25);
+    unclean_exits++;
+}
+
+/* The name ("executor", "executor-1" for a replica) and log of a pid this harness
+ * started; returns 0 if it is not one. */
+static int describe(pid_t pid, char *who, size_t who_len, char *log, size_t log_len)
+{
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (pids[i] == pid) {
+            snprintf(who, who_len, "%s", service_names[i]);
+            log_path_of((it_service_t)i, 0, log, log_len);
+            return 1;
+        }
+    for (int i = 0; i < MAX_REPLICAS; i++)
+        if (replica_pids[i] == pid) {
+            snprintf(who, who_len, "%s-%d", service_names[replica_svc[i]], replica_no[i]);
+            log_path_of(replica_svc[i], replica_no[i], log, log_len);
+            return 1;
+        }
+    return 0;
+}
+
+static void forget(pid_t pid)
+{
+    for (int i = 0; i < IT_NSERVICES; i++)
+        if (pids[i] == pid)
+            pids[i] = 0;
+    for (int i = 0; i < MAX_REPLICAS; i++)
+        if (replica_pids[i] == pid)
+            replica_pids[i] = 0;
+}
+
+static int exit_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Sends `sig` to a service this harness started, waits up to `timeout_s` for it to
+ * exit (killing it then), judges the exit and forgets the pid. Returns what it_stop()
+ * does. */
+static int stop_pid(pid_t pid, int sig, int timeout_s)
+{
+    char who[64] = "?", log[1200] = "";
+    describe(pid, who, sizeof who, log, sizeof log);
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+        judge_exit(who, log, pid, status, 0);   /* it had ended by itself */
+        forget(pid);
+        return exit_code(status);
+    }
+    kill(pid, sig);
+    for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 20) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            judge_exit(who, log, pid, status, sig);
+            forget(pid);
+            return exit_code(status);
+        }
+        usleep(20 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (sig != SIGKILL) {
+        fprintf(stderr, "\nharness: service %s (pid %d) did not exit within %d s of signal %d"
+                        " (%s); killed: not a clean exit\n", who, (int)pid, timeout_s, sig,
+                strsignal(sig));
+        print_log_tail(log, 25);
+        unclean_exits++;
+    }
+    forget(pid);
+    return -1;
+}
+
 static pid_t spawn(it_service_t svc, int replica)
 {
     char path[1200], log_path[1200], port[16], node[64];
     snprintf(path, sizeof path, "%s/services/%s/strand-%s", bin_dir, service_names[svc],
              service_names[svc]);
-    snprintf(log_path, sizeof log_path, "%s/%s-%s%s%.0d.log", log_dir, test_name_buf,
-             service_names[svc], replica ? "-" : "", replica);
+    log_path_of(svc, replica, log_path, sizeof log_path);
+    register_log(log_path);
     snprintf(port, sizeof port, "%d", replica ? port_base + 40 + replica * 4 + (int)svc : it_port(svc));
     snprintf(node, sizeof node, "%s-%d", service_names[svc], replica);
     pid_t pid = fork();
@@ -119,6 +319,14 @@ static pid_t spawn(it_service_t svc, int replica)
 
 pid_t it_start(it_service_t svc)
 {
+    /* The service's previous process, if it ended on its own: judge how. */
+    int status;
+    if (pids[svc] > 0 && waitpid(pids[svc], &status, WNOHANG) == pids[svc]) {
+        char who[64], log[1200];
+        describe(pids[svc], who, sizeof who, log, sizeof log);
+        judge_exit(who, log, pids[svc], status, 0);
+        pids[svc] = 0;
+    }
     pid_t pid = spawn(svc, 0);
     if (pid > 0)
         pids[svc] = pid;
@@ -131,6 +339,8 @@ pid_t it_start_replica(it_service_t svc, int replica)
     for (int i = 0; pid > 0 && i < MAX_REPLICAS; i++)
         if (replica_pids[i] <= 0) {
             replica_pids[i] = pid;
+            replica_svc[i] = svc;
+            replica_no[i] = replica;
             break;
         }
     return pid;
@@ -140,14 +350,19 @@ void it_kill9(pid_t pid)
 {
     if (pid <= 0)
         return;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    for (int i = 0; i < IT_NSERVICES; i++)
-        if (pids[i] == pid)
-            pids[i] = 0;
-    for (int i = 0; i < MAX_REPLICAS; i++)
-        if (replica_pids[i] == pid)
-            replica_pids[i] = 0;
+    char who[64], log[1200];
+    int ours = describe(pid, who, sizeof who, log, sizeof log);
+    int status;
+    int sent = 0;   /* one that had ended before the kill (a crash) ended by itself */
+    pid_t reaped = waitpid(pid, &status, WNOHANG);
+    if (reaped == 0) {
+        kill(pid, SIGKILL);
+        sent = SIGKILL;
+        reaped = waitpid(pid, &status, 0);
+    }
+    if (reaped == pid && ours)
+        judge_exit(who, log, pid, status, sent);
+    forget(pid);
 }
 
 int it_stack(const char *args)
@@ -192,24 +407,23 @@ int it_stop(it_service_t svc, int sig, int timeout_s)
     pid_t pid = pids[svc];
     if (pid <= 0)
         return -1;
-    kill(pid, sig);
-    for (int waited_ms = 0; waited_ms < timeout_s * 1000; waited_ms += 20) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            pids[svc] = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        usleep(20 * 1000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    pids[svc] = 0;
-    return -1;
+    return stop_pid(pid, sig, timeout_s);
 }
 
 int it_stop_all(void)
 {
     int ok = 1;
+    for (int i = 0; i < MAX_REPLICAS; i++) {
+        if (replica_pids[i] <= 0)
+            continue;
+        char who[64], log[1200];
+        describe(replica_pids[i], who, sizeof who, log, sizeof log);
+        int rc = stop_pid(replica_pids[i], SIGTERM, 30);
+        if (rc != 0) {
+            fprintf(stderr, "%s exited with %d after SIGTERM\n", who, rc);
+            ok = 0;
+        }
+    }
     for (int i = 0; i < IT_NSERVICES; i++) {
         if (pids[i] <= 0)
             continue;
@@ -220,6 +434,71 @@ int it_stop_all(void)
         }
     }
     return ok;
+}
+
+/* A line of a sanitizer's report. UBSan's "<file>:<line>:<col>: runtime error: ..." is
+ * looked for only outside the services' own JSON log lines, which may quote anything. */
+static int sanitizer_line(const char *line, size_t len)
+{
+    static const char *const marks[] = {
+        "ERROR: AddressSanitizer",   "ERROR: LeakSanitizer",
+        "ERROR: UndefinedBehaviorSanitizer", "SUMMARY: AddressSanitizer",
+        "SUMMARY: LeakSanitizer",    "SUMMARY: UndefinedBehaviorSanitizer",
+    };
+    char buf[600];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf - 1 ? len : sizeof buf - 1), line);
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
+        if (strstr(buf, marks[i]) != NULL)
+            return 1;
+    return buf[0] != '{' && strstr(buf, "runtime error:") != NULL;
+}
+
+/* Scans this run's part of every log of the program for sanitizer reports; prints each
+ * report found (up to 120 lines from its first line) and returns how many logs hold
+ * one. */
+static int scan_sanitizer_reports(void)
+{
+    int found = 0;
+    register_test_logs();   /* those first written during the run, from their start */
+    for (int i = 0; i < ntest_logs; i++) {
+        char *text = read_log(test_logs[i].path);
+        if (text == NULL)
+            continue;
+        const char *first = NULL;
+        int hits = 0;
+        for (const char *line = text; *line;) {
+            const char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line) : strlen(line);
+            if (sanitizer_line(line, len)) {
+                hits++;
+                if (first == NULL)
+                    first = line;
+            }
+            line += len + (nl ? 1 : 0);
+        }
+        if (first != NULL) {
+            /* ASan's report opens with a row of '=' on the line before its ERROR. */
+            const char *prev = first > text ? first - 1 : text;
+            while (prev > text && prev[-1] != '\n')
+                prev--;
+            if (prev < first && strncmp(prev, "=====", 5) == 0)
+                first = prev;
+            fprintf(stderr, "\nharness: sanitizer report in %s (%d report line%s):\n",
+                    test_logs[i].path, hits, hits == 1 ? "" : "s");
+            const char *p = first;
+            for (int n = 0; n < 120 && *p; n++) {
+                const char *nl = strchr(p, '\n');
+                size_t len = nl ? (size_t)(nl - p) : strlen(p);
+                fprintf(stderr, "    | %.*s\n", (int)len, p);
+                p += len + (nl ? 1 : 0);
+            }
+            if (*p)
+                fprintf(stderr, "    | ... (the rest is in the log)\n");
+            found++;
+        }
+        free(text);
+    }
+    return found;
 }
 
 long it_http_request(it_service_t svc, const char *token, const char *method, const char *path,
@@ -317,8 +596,15 @@ int it_run_suite(const char *suite_name, const it_case_t *cases, int ncases)
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
+    /* Every program's services must end cleanly and without a sanitizer report: the
+     * cases' own asserts rarely look at how a service exited or what it logged. */
     it_stop_all();
-    return failed == 0 && ran == (unsigned)ncases ? 0 : 1;
+    int reports = scan_sanitizer_reports();
+    if (unclean_exits > 0 || reports > 0)
+        fprintf(stderr, "\nharness: %s FAILS: %d service exit%s not clean, %d service log%s"
+                        " with a sanitizer report (see above)\n", test_name_buf, unclean_exits,
+                unclean_exits == 1 ? " was" : "s were", reports, reports == 1 ? "" : "s");
+    return failed == 0 && ran == (unsigned)ncases && unclean_exits == 0 && reports == 0 ? 0 : 1;
 }
 
 static int ended(const char *status)

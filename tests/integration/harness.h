@@ -7,6 +7,14 @@
  * STRAND_TEST_PORT_BASE (first HTTP port, default 18080). Every test program uses a
  * topic prefix of its own so that runs never see each other's messages. Services
  * started here are killed at exit even when a test fails.
+ *
+ * Every service exit the harness sees is judged (it_stop(), it_stop_all(), it_kill9(),
+ * it_start() of a service whose process ended by itself): clean is exit status 0 or
+ * death by the signal the test ended it with on purpose (it_kill9(), it_stop() with
+ * SIGKILL); a non-zero status, any other signal (ASan aborts) or no exit within the
+ * stop timeout is printed with the tail of the service's log and fails the program in
+ * it_run_suite(), which also fails it on a sanitizer report (ASan, LeakSanitizer,
+ * UBSan) in this run's part of any <log dir>/<test>-*.log.
  */
 #ifndef STRAND_IT_HARNESS_H
 #define STRAND_IT_HARNESS_H
@@ -41,10 +49,11 @@ pid_t it_start(it_service_t svc);
 int it_start_all(int timeout_s);
 
 /* Starts another replica of a service (replica >= 1) on its own HTTP port; returns
- * its pid or -1. Replicas are killed at exit like the main ones. */
+ * its pid or -1. it_stop_all() stops replicas too. */
 pid_t it_start_replica(it_service_t svc, int replica);
 
-/* SIGKILLs a pid started by the harness and reaps it. */
+/* SIGKILLs a pid started by the harness and reaps it. Its death by that SIGKILL is
+ * clean; one that had already ended by itself is judged like any exit. */
 void it_kill9(pid_t pid);
 
 /* Runs scripts/stack.sh with `args` (e.g. "restart postgres") against the test's
@@ -53,10 +62,12 @@ int it_stack(const char *args);
 
 /* Sends `sig` to a running service and waits up to `timeout_s` for it to exit.
  * Returns its exit status, 128+signal if it died of a signal, or -1 on timeout
- * (then it is killed). */
+ * (then it is killed). A status other than 0, a death by another signal than `sig`,
+ * or the timeout fails the program (see the top of this file). */
 int it_stop(it_service_t svc, int sig, int timeout_s);
 
-/* Stops every running service with SIGTERM; returns 1 if all exited with status 0. */
+/* Stops every running service and replica with SIGTERM (30 s each); returns 1 if all
+ * exited with status 0. */
 int it_stop_all(void);
 
 /* One HTTP request to a service. Returns the status (-1 if unreachable) and the
@@ -88,8 +99,9 @@ typedef struct {
     void (*fn)(void);
 } it_case_t;
 
-/* Runs the cases in order as one CUnit suite, then stops every service. Returns the
- * process exit status: 0 only if every case ran and passed. */
+/* Runs the cases in order as one CUnit suite, then stops every service and scans the
+ * program's logs for sanitizer reports. Returns the process exit status: 0 only if
+ * every case ran and passed, every service exit was clean and no log holds a report. */
 int it_run_suite(const char *suite, const it_case_t *cases, int ncases);
 
 /* Runs SQL on the test database and returns the first column of the first row as a
