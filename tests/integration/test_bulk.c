@@ -396,7 +396,20 @@ static void test_cancel_a_job(void)
     json_decref(job);
     CU_ASSERT_TRUE_FATAL(it_start(IT_SCHEDULER) > 0);
     CU_ASSERT_TRUE(it_wait_http(IT_SCHEDULER, "/readyz", 200, 30));
-    sleep(2);   /* a scheduler that ignored the cancel would work it now */
+    /* A marker job created after it: the scheduler claims running jobs oldest first, so
+     * one that ignored the cancel would have worked the cancelled job before the
+     * marker. The marker signals def_b's one waiting instance (test_filter's `later`). */
+    snprintf(body, sizeof body, "{\"filter\":{\"definition\":\"%s\",\"status\":\"waiting\"},"
+             "\"action\":\"signal\",\"args\":{\"name\":\"go\"}}", def_b);
+    CU_ASSERT_EQUAL(create_batch(body, &job), 201);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(job, "total")), 1);
+    char marker[40];
+    snprintf(marker, sizeof marker, "%s", json_string_value(json_object_get(job, "id")) ?: "");
+    json_decref(job);
+    job = wait_batch(marker, 60);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(job, "status")) ?: "", "completed");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(job, "done")), 1);
+    json_decref(job);
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.batch_items WHERE job_id = '%s'"
              " AND state <> 'pending'", id);

@@ -15,8 +15,49 @@
 
 #include "harness.h"
 #include "st_test.h"
+#include "strand/proto/strand.pb-c.h"
 
 static char name[64], ref[80], billing[64];
+
+/* Puts a marker behind every signal already in the outbox for instance `id`: an EXTERNAL
+ * signal expecting state version 0 (stale whatever the instance's state: dropped with a
+ * StaleSignal notice, nothing else changes), keyed by the instance like all its
+ * signals, so the relay publishes it after them to their partition and the executor
+ * works it after them on the same worker. Returns 1 once the executor recorded it in
+ * processed_signals (within 30 s): then every signal sent to `id` before it has been
+ * worked. (The same helper is in test_slice.c and test_process.c.) */
+static int marker_worked(const char *id)
+{
+    static int seq;
+    char signal_id[96];
+    snprintf(signal_id, sizeof signal_id, "lifecycle-marker-%d-%d", (int)getpid(), ++seq);
+    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
+    sig.envelope_version = 1;
+    sig.signal_id = signal_id;
+    sig.instance_id = (char *)id;
+    sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
+    sig.expected_version = 0;
+    sig.name = "marker";
+    sig.payload.data = (uint8_t *)"{}";
+    sig.payload.len = 2;
+    uint8_t buf[512];
+    size_t len = strand__v1__signal__get_packed_size(&sig);
+    if (len > sizeof buf)
+        return 0;
+    strand__v1__signal__pack(&sig, buf);
+    char hex[2 * sizeof buf + 1], sql[2048];
+    for (size_t i = 0; i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
+    snprintf(sql, sizeof sql,
+             "WITH m AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ('signals', '%s',"
+             " decode('%s', 'hex')) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
+             " SELECT count(*) FROM m, n", id, hex);
+    if (it_sql_number(sql) != 1)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'",
+             signal_id);
+    return it_wait_number(sql, 1, 30) == 1;
+}
 
 static long trigger(const char *event, const char *request_id, json_t **answer)
 {
@@ -105,12 +146,18 @@ static void test_lifecycle(void)
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.work_events WHERE instance_id = '%s'"
              " AND event_code = 'remind'", id);
     CU_ASSERT_EQUAL(it_wait_number(sql, 3, 20), 3);
-    sleep(2);
-    CU_ASSERT_EQUAL(it_sql_number(sql), 3);   /* and no more */
+    /* ...and no more: every timer the instance has armed has fired (a fourth remind's
+     * would be armed by the third's wake-up), and "ship", sent after them, has been
+     * worked after their TIMER_DUE signals (one key, one partition). */
+    char timers[256], shipped[256];
+    snprintf(timers, sizeof timers, "SELECT (count(*) = 0)::int FROM strand.timers"
+             " WHERE instance_id = '%s' AND fired_at IS NULL", id);
+    CU_ASSERT_EQUAL(it_wait_number(timers, 1, 10), 1);
     CU_ASSERT_EQUAL(trigger("ship", "r3", NULL), 202);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
+    snprintf(shipped, sizeof shipped, "SELECT count(*) FROM strand.instances WHERE id = '%s'"
              " AND status = 'completed' AND output->>'state' = 'shipped'", id);
-    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_wait_number(shipped, 1, 20), 1);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 3);
     /* Notices, counted where they were raised. */
     CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_notices_total{code=\"TransitionRejected\"}", 0) >= 1);
     CU_ASSERT_TRUE(it_metric(IT_EXECUTOR, "strand_notices_total{code=\"NoOpAlreadyInState\"}", 0) >= 1);
@@ -226,7 +273,10 @@ static void test_final_state_and_versions(void)
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "code")) ?: "", "transition_rejected");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(answer, "instance_id")) ?: "", id);
     json_decref(answer);
-    sleep(2);   /* what a wrongly accepted trigger would have raised by now */
+    /* What a wrongly accepted trigger would have raised: a new instance (the API's own
+     * insert, there with its answer) or a signal to this one, worked before a marker
+     * sent after it. */
+    CU_ASSERT_TRUE(marker_worked(id));
     CU_ASSERT_EQUAL(count_for_ref("instances", def, reference), 1);
     CU_ASSERT_EQUAL(count_for_ref("reserve-inventory", def, reference), 0);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE topic = 'notices' AND key = '%s'"

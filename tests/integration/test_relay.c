@@ -176,13 +176,16 @@ static void test_sweep_skips_dead_lettered_signals(void)
     PGconn *conn = NULL;
     CU_ASSERT_EQUAL_FATAL(st_pg_connect(cfg.pg_dsn, "test_relay", &conn, &eb), ST_OK);
     st_recovery_t *rec = st_recovery_new(&cfg);
-    sleep(2);   /* every row older than the grace */
     /* The sweep starts at the outbox's first row and takes STRAND_RECOVERY_BATCH rows at
      * a time; on the suite's shared database (both builds' runs, tens of thousands of
      * rows) it takes several sweeps to reach this test's rows: sweep until it has passed
-     * them (bounded), then twice more. */
+     * them (bounded), then twice more. A row published within the grace (1 s) stops a
+     * sweep: wait until none before this test's rows is (the previous case's). */
     snprintf(sql, sizeof sql, "SELECT max(id) FROM strand.outbox WHERE instance_id = '%s'", instance);
     long long last_id = it_sql_number(sql);
+    snprintf(sql, sizeof sql, "SELECT (count(*) = 0)::int FROM strand.outbox WHERE id <= %lld"
+             " AND published_at > now() - interval '1 s'", last_id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
     int sweeps = 0;
     while (sweeps < 1000 && st_recovery_checked_id(rec) < last_id) {
         st_recovery_sweep(rec, conn);
