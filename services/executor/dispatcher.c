@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "strand/call.h"
+#include "strand/crash_point.h"
 #include "strand/dedup.h"
 #include "strand/due_loop.h"
 #include "strand/log.h"
@@ -341,6 +342,7 @@ static void collect_done(st_dispatcher_t *d)
         st_err_t err = st_worker_request_finish(c->req, (int)code, &reply);
         c->result = reply_result(err, &reply);
         st_worker_reply_close(&reply);
+        ST_CRASH_POINT("dispatcher.after_send");   /* tests: answered, not yet recorded */
         st_worker_request_free(c->req);
         c->req = NULL;
         st_metric_observe(d->m_duration, st_mono_s() - c->started);

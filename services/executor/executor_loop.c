@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strand/crash_point.h"
 #include "strand/hint.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
@@ -216,6 +217,9 @@ static void wakeup_committed(worker_t *w, const st_signal_t *sig, st_wake_outcom
                              double seconds)
 {
     st_executor_t *ex = w->ex;
+    /* Tests: committed, its offset not yet (a duplicate committed nothing). */
+    if (outcome != ST_WAKE_DUPLICATE)
+        ST_CRASH_POINT("executor.after_commit");
     st_metric_observe(ex->m_duration, seconds);
     st_metric_inc(outcome == ST_WAKE_APPLIED || outcome == ST_WAKE_BUFFERED ? ex->m_applied
                                                                            : ex->m_dropped);

@@ -8,6 +8,7 @@
 
 #include "strand/audit.h"
 #include "strand/batch.h"
+#include "strand/crash_point.h"
 #include "strand/due_loop.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -159,6 +160,8 @@ static int work_chunk(PGconn *conn, void *ctx)
             err = st_batch_item_failed_tx(conn, c.job_id, c.items[i].seq, code, why, &eb);
             failed++;
         }
+        if (err == ST_OK && i == c.nitems / 2)   /* tests: half applied, uncommitted */
+            ST_CRASH_POINT("batch.mid_chunk");
     }
     /* Tests only: hold the chunk's transaction open, its signals enqueued and not yet
      * committed, so that a test's kill -9 lands inside it (test_bulk). */

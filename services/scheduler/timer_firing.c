@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "strand/crash_point.h"
 #include "strand/due_loop.h"
 #include "strand/log.h"
 #include "strand/metrics.h"
@@ -74,6 +75,8 @@ static int fire_due(PGconn *conn, void *ctx)
         st_log_warn("could not fire timers", "%s", eb.msg);
         return -1;
     }
+    if (n > 0)   /* tests: fired and committed, the signals not yet published from here */
+        ST_CRASH_POINT("timer.after_commit");
     for (int i = 0; i < fired.n; i++)
         st_metric_observe(f->m_lateness, fired.lateness_s[i]);
     st_metric_add(f->m_fired, n);

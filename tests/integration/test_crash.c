@@ -9,6 +9,10 @@
  * as many wake-up history entries as applied signals (no duplicate effects), with the
  * right output. N = STRAND_CRASH_N (default 300); the closing notes report a run with
  * 1,000.
+ *
+ * The fault moments are drawn from a seed, STRAND_TEST_SEED or the clock, printed
+ * first with each fault as it happens (instance index and seconds into the run): a
+ * failed run is replayed with the same STRAND_TEST_SEED (and STRAND_CRASH_N).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +27,16 @@
 static char def_name[64];
 static int n_instances = 300;
 static char **ids;
+static unsigned seed;
+static struct timespec run_start;
+
+/* Seconds since the run began, for the fault log. */
+static double run_s(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - run_start.tv_sec) + (now.tv_nsec - run_start.tv_nsec) / 1e9;
+}
 
 static void import_definition(void)
 {
@@ -74,12 +88,16 @@ static void test_run_with_kills_and_restarts(void)
     CU_ASSERT_FATAL(replica > 0);
     import_definition();
     ids = calloc((size_t)n_instances, sizeof *ids);
-    srand((unsigned)time(NULL));
+    srand(seed);
     int kills = 0, restarts = 0;
-    /* The moments of the faults are random within the run. */
+    /* The moments of the faults are random within the run (from the printed seed). */
     int kill_executor_at = n_instances / 8 + rand() % (n_instances / 4 + 1);
     int kill_api_at = n_instances / 2 + rand() % (n_instances / 4 + 1);
     int restart_pg_at = rand() % n_instances;
+    fprintf(stderr, "\ncrash test: seed %u, %d instances: executor replica kill -9 after instance %d,"
+            " API kill -9 after %d, PostgreSQL restart after %d, Kafka restart at the first drive\n",
+            seed, n_instances, kill_executor_at, kill_api_at, restart_pg_at);
+    clock_gettime(CLOCK_MONOTONIC, &run_start);
     for (int i = 0; i < n_instances; i++) {
         char body[256], request_id[96];
         snprintf(request_id, sizeof request_id, "%s-%d", def_name, i);
@@ -99,16 +117,20 @@ static void test_run_with_kills_and_restarts(void)
             http_retry("POST", path, body, NULL);
         }
         if (i == kill_executor_at) {   /* kill -9 an executor replica mid-run, restart it */
+            fprintf(stderr, "crash test: %.2f s, instance %d: kill -9 executor replica (pid %d)\n",
+                    run_s(), i, (int)replica);
             it_kill9(replica);
             replica = it_start_replica(IT_EXECUTOR, 1);
             kills++;
         }
         if (i == kill_api_at) {   /* kill -9 the API (and its relay), restart it */
+            fprintf(stderr, "crash test: %.2f s, instance %d: kill -9 API\n", run_s(), i);
             it_stop(IT_API, SIGKILL, 5);
             it_start(IT_API);
             kills++;
         }
         if (i == restart_pg_at) {
+            fprintf(stderr, "crash test: %.2f s, instance %d: restart PostgreSQL\n", run_s(), i);
             CU_ASSERT_EQUAL(it_stack("restart postgres"), 0);
             restarts++;
         }
@@ -140,6 +162,7 @@ static void test_run_with_kills_and_restarts(void)
             http_retry("POST", path, body, NULL);   /* idempotent by request_id; 409 once ended */
         }
         if (!kafka_restarted) {
+            fprintf(stderr, "crash test: %.2f s, drive: restart Kafka\n", run_s());
             CU_ASSERT_EQUAL(it_stack("restart kafka"), 0);
             kafka_restarted = 1;
             restarts++;
@@ -150,8 +173,8 @@ static void test_run_with_kills_and_restarts(void)
             break;
         sleep(1);
     }
-    fprintf(stderr, "\ncrash test: %d instances, %d kills, %d server restarts, %lld completed\n",
-            n_instances, kills, restarts, completed);
+    fprintf(stderr, "crash test: seed %u, %d instances, %d kills, %d server restarts, %lld completed"
+            " after %.1f s\n", seed, n_instances, kills, restarts, completed, run_s());
     CU_ASSERT_EQUAL(completed, n_instances);
     /* Exactly once, per instance and in total. */
     CU_ASSERT_EQUAL(sql("SELECT count(*) FROM strand.instances WHERE definition_name = '%s'", def_name),
@@ -193,6 +216,11 @@ int main(void)
     if (n != NULL && atoi(n) > 0)
         n_instances = atoi(n);
     snprintf(def_name, sizeof def_name, "crash-%ld-%d", (long)time(NULL), (int)getpid());
+    const char *seed_env = getenv("STRAND_TEST_SEED");
+    seed = seed_env != NULL && seed_env[0] != '\0' ? (unsigned)strtoul(seed_env, NULL, 10)
+                                                  : (unsigned)time(NULL) ^ (unsigned)getpid();
+    fprintf(stderr, "test_crash: seed %u (replay: STRAND_TEST_SEED=%u STRAND_CRASH_N=%d)\n", seed,
+            seed, n_instances);
     static const it_case_t cases[] = {
         {"kills and restarts: every instance completes exactly once", test_run_with_kills_and_restarts},
     };

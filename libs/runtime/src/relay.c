@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "strand/crash_point.h"
 #include "strand/hint.h"
 #include "strand/kafka.h"
 #include "strand/log.h"
@@ -382,6 +383,8 @@ static int relay_drain_once(st_relay_t *r)
     if (err == ST_OK && delivered)
         err = st_outbox_mark_published_tx(r->conn, ids, &eb);
     free(ids);
+    if (err == ST_OK && delivered)   /* tests: delivered, the mark not yet committed */
+        ST_CRASH_POINT("relay.after_produce");
     if (err != ST_OK || st_pg_commit(r->conn, &eb) != ST_OK)
         goto db_error;
     st_metric_add(r->published, delivered);
