@@ -25,6 +25,10 @@
 #define HOUSEKEEPING_EVERY_S 60
 #define STOP_GRACE_S 5.0          /* calls in flight at stop get this long to answer */
 #define REPORT_RETRY_S 0.5
+/* The lease margin: a claimed call is sent only before claim time + lease - margin on
+ * this process's monotonic clock (dispatcher.h), margin = max(1 s, lease / 5), at most
+ * half the lease. */
+#define LEASE_MARGIN_MIN_MS 1000
 
 /* One claimed call, from the claim until its result is recorded. */
 typedef struct call {
@@ -32,6 +36,8 @@ typedef struct call {
     char instance_id[37];
     char *waiting_token;
     int attempt;
+    long long epoch;            /* the claim's lease epoch (Strand-Lease-Epoch) */
+    double deadline;            /* monotonic s: the lease is provably held until then */
     st_worker_request_t *req;   /* NULL when the call could not be made, or once done */
     json_t *result;             /* the CALL_RESULT's result, once known */
     double started;
@@ -44,6 +50,8 @@ struct st_dispatcher {
     time_t last_housekeeping;
     int capacity;              /* STRAND_EXECUTOR_CALL_CONCURRENCY */
     int lease_ms;              /* STRAND_EXECUTOR_CALL_LEASE_MS */
+    double held_s;             /* lease - margin: how long after a claim or renewal the
+                                  lease is provably held (seconds) */
 
     pthread_t runner;
     int runner_started;
@@ -62,6 +70,7 @@ struct st_dispatcher {
     double next_connect_try;
 
     st_metric_t *m_calls_ok, *m_calls_failed, *m_calls_refused, *m_duration;
+    st_metric_t *m_lease_lapsed;   /* claimed calls not sent: their lease was not held */
 };
 
 static void call_free(call_t *c)
@@ -123,7 +132,7 @@ static void prepare_http(call_t *c, const st_call_row_t *row)
     char *body = body_json ? json_dumps(body_json, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     st_worker_reply_t reply;
     st_err_t err = st_worker_request_new(method, url, body, key, c->instance_id, c->attempt,
-                                         json_object_get(request, "headers"),
+                                         c->epoch, json_object_get(request, "headers"),
                                          row->timeout_ms, &c->req, &reply);
     if (err != ST_OK)
         c->result = json_pack("{s:b, s:s}", "ok", 0, "error", reply.error);
@@ -191,6 +200,9 @@ static int dispatch_batch(PGconn *conn, void *ctx)
     st_errbuf_t eb;
     st_call_row_t *calls = NULL;
     int n = 0;
+    /* Read before the claim is issued: the database counts the lease from its now(),
+     * a later moment, so claimed + held_s falls inside the lease. */
+    double claimed = st_mono_s();
     if (st_call_claim(conn, want, d->svc->cfg.node_id, d->lease_ms, &calls, &n, &eb) != ST_OK) {
         st_log_warn("could not claim calls", "%s", eb.msg);
         return -1;
@@ -210,6 +222,8 @@ static int dispatch_batch(PGconn *conn, void *ctx)
         snprintf(c->id, sizeof c->id, "%s", row->id);
         snprintf(c->instance_id, sizeof c->instance_id, "%s", row->instance_id);
         c->attempt = row->attempt;
+        c->epoch = row->lease_epoch;
+        c->deadline = claimed + d->held_s;
         if (strcmp(row->transport, "http") == 0)
             prepare_http(c, row);
         else
@@ -282,7 +296,7 @@ static st_err_t report_tx(PGconn *conn, const call_t *c, st_errbuf_t *eb)
     int recorded = 0;
     st_err_t err = st_pg_begin(conn, eb);
     if (err == ST_OK)
-        err = st_call_record_result_tx(conn, c->id, ok, result_text, &recorded, eb);
+        err = st_call_record_result_tx(conn, c->id, c->epoch, ok, result_text, &recorded, eb);
     if (err == ST_OK && recorded)
         err = st_signal_enqueue_tx(conn, &sig, eb);
     if (err == ST_OK)
@@ -294,17 +308,50 @@ static st_err_t report_tx(PGconn *conn, const call_t *c, st_errbuf_t *eb)
     return err;
 }
 
-/* Takes the calls the claimer handed over and starts their transfers. */
+/* Gives back `freed` places (calls settled or dropped); when the claimer had left
+ * pending calls for want of places, wakes the claimers. */
+static void places_freed(st_dispatcher_t *d, int freed)
+{
+    if (freed == 0)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->nactive -= freed;
+    int wake = d->saturated;
+    d->saturated = 0;
+    pthread_mutex_unlock(&d->lock);
+    st_errbuf_t eb;
+    /* Places came free while calls were left pending: wake the claimers. */
+    if (wake && runner_pg(d))
+        st_pg_exec(d->conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, &eb);
+}
+
+/* Takes the calls the claimer handed over and starts their transfers: each only while
+ * its lease is provably held (its deadline has not passed). A call past its deadline
+ * is dropped unsent: its lease lapses (or has lapsed) and whichever executor claims it
+ * again sends it, under a newer epoch. */
 static void take_incoming(st_dispatcher_t *d)
 {
     pthread_mutex_lock(&d->lock);
     call_t *list = d->incoming;
     d->incoming = NULL;
     pthread_mutex_unlock(&d->lock);
+    int dropped = 0;
     while (list != NULL) {
         call_t *c = list;
         list = c->next;
+        ST_TEST_FREEZE("dispatcher.before_send", "STRAND_TEST_DISPATCH_DELAY_MS");
         c->started = st_mono_s();
+        if (c->req != NULL && c->started >= c->deadline) {
+            st_log_warn("call lease no longer held, not sending it",
+                        "call=%s instance=%s attempt=%d epoch=%lld: %.3f s past the lease"
+                        " deadline (lease %d ms less the margin); left to the executor that"
+                        " claims it again", c->id, c->instance_id, c->attempt, c->epoch,
+                        c->started - c->deadline, d->lease_ms);
+            st_metric_inc(d->m_lease_lapsed);
+            call_free(c);
+            dropped++;
+            continue;
+        }
         if (c->req != NULL &&
             curl_multi_add_handle(d->multi, st_worker_request_handle(c->req)) != CURLM_OK) {
             c->result = json_pack("{s:b, s:s}", "ok", 0, "error", "could not start the call");
@@ -319,6 +366,7 @@ static void take_incoming(st_dispatcher_t *d)
             d->finished = c;
         }
     }
+    places_freed(d, dropped);
 }
 
 /* Moves the transfers that ended to the finished list. */
@@ -373,20 +421,13 @@ static void report_finished(st_dispatcher_t *d)
         call_free(c);
         freed++;
     }
-    if (freed == 0)
-        return;
-    pthread_mutex_lock(&d->lock);
-    d->nactive -= freed;
-    int wake = d->saturated;
-    d->saturated = 0;
-    pthread_mutex_unlock(&d->lock);
-    st_errbuf_t eb;
-    /* Places came free while calls were left pending: wake the claimers. */
-    if (wake)
-        st_pg_exec(d->conn, "NOTIFY " ST_CALLS_CHANNEL, 0, NULL, NULL, &eb);
+    places_freed(d, freed);
 }
 
-/* Pushes the leases of every call this runner holds forward. */
+/* Pushes the leases of every call this runner holds forward. A lease is renewed only
+ * while still held (the claim's epoch, not lapsed: call.c), and a call's deadline moves
+ * only when its renewal succeeded, to the moment before the renewal was issued plus the
+ * lease less the margin. */
 static void renew_leases(st_dispatcher_t *d)
 {
     if ((d->running == NULL && d->finished == NULL) || !runner_pg(d))
@@ -397,16 +438,45 @@ static void renew_leases(st_dispatcher_t *d)
     for (call_t *c = d->finished; c != NULL; c = c->next)
         n++;
     const char **ids = malloc(n * sizeof *ids);
-    if (ids == NULL)
+    long long *epochs = malloc(n * sizeof *epochs);
+    int *renewed = malloc(n * sizeof *renewed);
+    call_t **calls = malloc(n * sizeof *calls);
+    if (ids == NULL || epochs == NULL || renewed == NULL || calls == NULL) {
+        free(ids);
+        free(epochs);
+        free(renewed);
+        free(calls);
         return;
+    }
     size_t len = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (call_t *c = pass ? d->finished : d->running; c != NULL; c = c->next)
+        for (call_t *c = pass ? d->finished : d->running; c != NULL; c = c->next) {
+            calls[len] = c;
+            epochs[len] = c->epoch;
             ids[len++] = c->id;
+        }
     st_errbuf_t eb;
-    if (st_call_renew_leases(d->conn, ids, len, d->lease_ms, &eb) != ST_OK)
+    double issued = st_mono_s();
+    if (st_call_renew_leases(d->conn, ids, epochs, len, d->lease_ms, renewed, &eb) != ST_OK) {
         st_log_warn("could not renew call leases", "%s", eb.msg);
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            call_t *c = calls[i];
+            if (renewed[i]) {
+                c->deadline = issued + d->held_s;
+            } else if (c->deadline > 0) {
+                /* Lapsed or claimed again: its answer is recorded only if no newer
+                 * claim exists (call.c); logged once. */
+                st_log_warn("call lease lost while the call was in flight",
+                            "call=%s instance=%s epoch=%lld", c->id, c->instance_id, c->epoch);
+                c->deadline = 0;
+            }
+        }
+    }
     free(ids);
+    free(epochs);
+    free(renewed);
+    free(calls);
 }
 
 static void *runner_main(void *arg)
@@ -480,6 +550,10 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
     d->svc = svc;
     d->capacity = svc->cfg.executor_call_concurrency;
     d->lease_ms = svc->cfg.executor_call_lease_ms;
+    int margin_ms = d->lease_ms / 5 > LEASE_MARGIN_MIN_MS ? d->lease_ms / 5 : LEASE_MARGIN_MIN_MS;
+    if (margin_ms > d->lease_ms / 2)
+        margin_ms = d->lease_ms / 2;
+    d->held_s = (d->lease_ms - margin_ms) / 1000.0;
     pthread_mutex_init(&d->lock, NULL);
     d->m_calls_ok = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                        "outcome=\"ok\"");
@@ -487,6 +561,9 @@ st_err_t st_dispatcher_start(st_service_t *svc, st_dispatcher_t **out, st_errbuf
                                            "outcome=\"failed\"");
     d->m_calls_refused = st_metrics_counter("strand_calls_total", "Outbound calls by outcome",
                                             "outcome=\"refused\"");
+    d->m_lease_lapsed = st_metrics_counter(
+        "strand_call_lease_lapsed_total",
+        "Claimed calls not sent because their lease was no longer provably held", NULL);
     d->m_duration = st_metrics_histogram("strand_call_duration_seconds",
                                          "Duration of outbound calls", NULL);
     curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -19,7 +19,13 @@
  * An executor that dies stops renewing: when a lease has passed, the claimer of any
  * executor (woken by that deadline, the earliest lease_until, not by a polling tick)
  * returns the call to 'pending' and sends it again, with the same Idempotency-Key
- * and attempt. Once a minute the claimer also purges the signal dedup window
+ * and attempt and the next lease epoch (Strand-Lease-Epoch).
+ * The fence: each claimed call has a deadline on this process's monotonic clock, the
+ * moment before the claim was issued + lease - margin (max(1 s, lease / 5), at most
+ * half the lease); the runner sends a call only before it (one past it is logged,
+ * counted in strand_call_lease_lapsed_total and left to the next claim), a renewal
+ * moves it only when it succeeded, and only the current epoch's claim renews a lease
+ * or records a result (libs/store call.c). Once a minute the claimer also purges the signal dedup window
  * (STRAND_DEDUP_RETENTION_S).
  * Retries are the interpreter's business: it answers a failed result with a durable
  * backoff timer, never a sleep here.

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "strand/log.h"
@@ -45,6 +46,21 @@ void st_crash_point(const char *name)
     st_log_error("crash point reached", "point=%s pass=%ld; exiting with status %d", name,
                  pass, ST_CRASH_EXIT_CODE);
     _exit(ST_CRASH_EXIT_CODE);
+}
+
+void st_test_freeze(const char *name, const char *var)
+{
+    const char *text = getenv(var);
+    if (text == NULL || text[0] == '\0')
+        return;
+    char *end = NULL;
+    long ms = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || ms < 1 || ms > 60000)
+        return;
+    st_log_warn("test freeze", "point=%s %s=%ld", name, var, ms);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;   /* a signal cut it short: sleep the rest */
 }
 
 #else

@@ -76,8 +76,9 @@ static struct curl_slist *add_header(struct curl_slist *list, const char *name, 
 
 st_err_t st_worker_request_new(const char *method, const char *url, const char *body,
                                const char *idempotency_key, const char *instance_id,
-                               int attempt, const json_t *headers, long timeout_ms,
-                               st_worker_request_t **out, st_worker_reply_t *reply)
+                               int attempt, long long lease_epoch, const json_t *headers,
+                               long timeout_ms, st_worker_request_t **out,
+                               st_worker_reply_t *reply)
 {
     memset(reply, 0, sizeof *reply);
     *out = NULL;
@@ -100,12 +101,14 @@ st_err_t st_worker_request_new(const char *method, const char *url, const char *
         snprintf(reply->error, sizeof reply->error, "could not create an HTTP client");
         return ST_ERR_NOMEM;
     }
-    char attempt_text[16];
+    char attempt_text[16], epoch_text[24];
     snprintf(attempt_text, sizeof attempt_text, "%d", attempt);
+    snprintf(epoch_text, sizeof epoch_text, "%lld", lease_epoch);
     struct curl_slist *list = add_header(NULL, "Content-Type", "application/json");
     list = add_header(list, "Idempotency-Key", idempotency_key);
     list = add_header(list, "Strand-Instance-Id", instance_id);
     list = add_header(list, "Strand-Attempt", attempt > 0 ? attempt_text : NULL);
+    list = add_header(list, "Strand-Lease-Epoch", lease_epoch > 0 ? epoch_text : NULL);
     const char *name;
     json_t *value;
     json_object_foreach((json_t *)headers, name, value)
@@ -177,7 +180,7 @@ st_err_t st_worker_call(const char *method, const char *url, const char *body,
 {
     st_worker_request_t *req;
     st_err_t err = st_worker_request_new(method, url, body, idempotency_key, instance_id, 0,
-                                         headers, timeout_ms, &req, reply);
+                                         0, headers, timeout_ms, &req, reply);
     if (err == ST_ERR_INVALID)
         return ST_ERR_RETRY;   /* as before: a bad URL is a failed call */
     if (err != ST_OK)

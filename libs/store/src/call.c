@@ -31,21 +31,29 @@ static const char *const sql_calls_claim =
     " UPDATE strand.calls c SET status = CASE WHEN j.live THEN 'sent' ELSE 'abandoned' END,"
     " claimed_by = CASE WHEN j.live THEN $2 END,"
     " lease_until = CASE WHEN j.live THEN now() + make_interval(secs => $3::int / 1000.0) END,"
+    " lease_epoch = c.lease_epoch + CASE WHEN j.live THEN 1 ELSE 0 END,"
     " updated_at = now() FROM judged j WHERE c.id = j.id"
     " RETURNING c.id, c.instance_id, c.waiting_token, c.transport, c.request::text, c.attempt,"
-    " c.idempotency_key, c.timeout_ms, c.status";
+    " c.idempotency_key, c.timeout_ms, c.status, c.lease_epoch";
+/* Renews only a lease still held: the claim of that epoch, not lapsed (a lapsed lease
+ * is never revived: another executor may be about to claim the call again). Returns
+ * the ids renewed. $1 and $2 are parallel arrays of ids and epochs. */
 static const char *const sql_calls_renew =
-    "UPDATE strand.calls SET lease_until = now() + make_interval(secs => $2::int / 1000.0)"
-    " WHERE id = ANY($1::uuid[]) AND status = 'sent'";
+    "UPDATE strand.calls c SET lease_until = now() + make_interval(secs => $3::int / 1000.0)"
+    " FROM unnest($1::uuid[], $2::bigint[]) AS h(id, epoch)"
+    " WHERE c.id = h.id AND c.lease_epoch = h.epoch AND c.status = 'sent'"
+    " AND c.lease_until > now() RETURNING c.id";
 static const char *const sql_next_lease =
     "SELECT " ST_PG_SQL_MS_UNTIL("min(lease_until)")
     " FROM strand.calls WHERE status = 'sent'";
-/* A result is recorded once: a call another dispatcher already answered (after this
- * one's lease passed) or that was abandoned records nothing and signals nothing. */
+/* A result is recorded once, and only by the claim of the call's current epoch: a call
+ * another dispatcher claimed again (after this one's lease passed), already answered,
+ * or that was abandoned records nothing and signals nothing. */
 static const char *const sql_call_result =
     "UPDATE strand.calls SET status = $2, result = $3::jsonb, claimed_by = NULL,"
     " lease_until = NULL, updated_at = now()"
-    " WHERE id = $1::uuid AND status IN ('sent', 'pending') RETURNING 1";
+    " WHERE id = $1::uuid AND status IN ('sent', 'pending') AND lease_epoch = $4::bigint"
+    " RETURNING 1";
 
 st_err_t st_call_add_tx(PGconn *conn, const st_call_new_t *call, st_errbuf_t *eb)
 {
@@ -111,6 +119,7 @@ st_err_t st_call_claim(PGconn *conn, int limit, const char *node_id, int lease_m
         c->idempotency_key = column_dup(res, i, 6);
         c->timeout_ms = atol(PQgetvalue(res, i, 7));
         c->abandoned = strcmp(PQgetvalue(res, i, 8), "abandoned") == 0;
+        c->lease_epoch = atoll(PQgetvalue(res, i, 9));
     }
     PQclear(res);
     *out = list;
@@ -141,28 +150,46 @@ st_err_t st_call_recover_lapsed(PGconn *conn, st_call_row_t **out, int *n, st_er
     return ST_OK;
 }
 
-st_err_t st_call_renew_leases(PGconn *conn, const char *const *ids, size_t n, int lease_ms,
-                              st_errbuf_t *eb)
+st_err_t st_call_renew_leases(PGconn *conn, const char *const *ids,
+                              const long long *epochs, size_t n, int lease_ms,
+                              int *renewed, st_errbuf_t *eb)
 {
+    for (size_t i = 0; i < n; i++)
+        renewed[i] = 0;
     if (n == 0)
         return ST_OK;
     char *text = malloc(n * 37 + 3);
-    if (text == NULL)
+    char *epoch_text = malloc(n * 21 + 3);
+    if (text == NULL || epoch_text == NULL) {
+        free(text);
+        free(epoch_text);
         return st_err_set(eb, ST_ERR_NOMEM, "could not list call ids");
-    size_t len = 0;
+    }
+    size_t len = 0, elen = 0;
     text[len++] = '{';
+    epoch_text[elen++] = '{';
     for (size_t i = 0; i < n; i++) {
         memcpy(text + len, ids[i], 36);
         len += 36;
         text[len++] = ',';
+        elen += (size_t)snprintf(epoch_text + elen, 22, "%lld,", epochs[i]);
     }
     text[len - 1] = '}';
     text[len] = '\0';
+    epoch_text[elen - 1] = '}';
+    epoch_text[elen] = '\0';
     char lease_text[16];
     snprintf(lease_text, sizeof lease_text, "%d", lease_ms);
-    const char *params[] = {text, lease_text};
-    st_err_t err = st_pg_exec(conn, sql_calls_renew, 2, params, NULL, eb);
+    const char *params[] = {text, epoch_text, lease_text};
+    PGresult *res = NULL;
+    st_err_t err = st_pg_exec(conn, sql_calls_renew, 3, params, &res, eb);
+    for (int r = 0; err == ST_OK && r < PQntuples(res); r++)
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(PQgetvalue(res, r, 0), ids[i]) == 0)
+                renewed[i] = 1;
+    PQclear(res);
     free(text);
+    free(epoch_text);
     return err;
 }
 
@@ -179,13 +206,16 @@ st_err_t st_call_next_lease_ms(PGconn *conn, long long *ms, int *has, st_errbuf_
     return err;
 }
 
-st_err_t st_call_record_result_tx(PGconn *conn, const char *id, int succeeded,
-                                  const char *result_json, int *recorded, st_errbuf_t *eb)
+st_err_t st_call_record_result_tx(PGconn *conn, const char *id, long long lease_epoch,
+                                  int succeeded, const char *result_json, int *recorded,
+                                  st_errbuf_t *eb)
 {
-    const char *params[] = {id, succeeded ? "succeeded" : "failed", result_json};
+    char epoch[24];
+    snprintf(epoch, sizeof epoch, "%lld", lease_epoch);
+    const char *params[] = {id, succeeded ? "succeeded" : "failed", result_json, epoch};
     PGresult *res = NULL;
     *recorded = 0;
-    st_err_t err = st_pg_exec(conn, sql_call_result, 3, params, &res, eb);
+    st_err_t err = st_pg_exec(conn, sql_call_result, 4, params, &res, eb);
     if (err == ST_OK)
         *recorded = PQntuples(res) > 0;
     PQclear(res);

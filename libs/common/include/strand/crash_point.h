@@ -28,6 +28,16 @@
  *   timer.after_commit       a firing batch's timers and their signals committed,
  *                            before any relay of this process publishes them
  *                            (services/scheduler/timer_firing.c)
+ *
+ * Freeze points (same option; compiled to nothing without it): ST_TEST_FREEZE(name, var)
+ * makes the thread that passes it sleep for the milliseconds in environment variable
+ * `var` (1 to 60000; unset, 0 or anything else: no sleep), after one log line naming
+ * the point ("test freeze"). The points:
+ *   dispatcher.before_send   STRAND_TEST_DISPATCH_DELAY_MS: a claimed call taken by the
+ *                            call runner, its lease not yet checked, not yet sent
+ *                            (services/executor/dispatcher.c; the runner, which also
+ *                            renews the leases, stands still like a frozen process;
+ *                            tests/integration/test_call_fence.c)
  */
 #ifndef STRAND_CRASH_POINT_H
 #define STRAND_CRASH_POINT_H
@@ -40,8 +50,13 @@
  * names it and this is the pass it asks for. Thread-safe. */
 void st_crash_point(const char *name);
 #define ST_CRASH_POINT(name) st_crash_point(name)
+/* Sleeps at freeze point `name` for the milliseconds environment variable `var` asks
+ * (both string literals). Thread-safe; reads `var` at every pass. */
+void st_test_freeze(const char *name, const char *var);
+#define ST_TEST_FREEZE(name, var) st_test_freeze(name, var)
 #else
 #define ST_CRASH_POINT(name) ((void)0)
+#define ST_TEST_FREEZE(name, var) ((void)0)
 #endif
 
 #endif

@@ -4,7 +4,10 @@
  *
  * Every call carries `Content-Type: application/json`, the `Idempotency-Key` (the same
  * on every retry and redelivery of one logical call) and, when given,
- * `Strand-Instance-Id` and `Strand-Attempt` (1 for the first attempt). Only http and
+ * `Strand-Instance-Id`, `Strand-Attempt` (1 for the first attempt) and
+ * `Strand-Lease-Epoch` (the executor's claim of the call, 1 for the first; see
+ * docs/definitions.md, calls: a worker may refuse an epoch lower than one it has
+ * already seen for the same key and attempt). Only http and
  * https URLs are followed; redirects are not; an answer over 1 MiB fails the call.
  * Every address connected to is checked against STRAND_CALL_ALLOW (call_allow.h)
  * after resolution; proxies from the environment are not used.
@@ -46,13 +49,15 @@ st_err_t st_worker_call(const char *method, const char *url, const char *body,
 typedef struct st_worker_request st_worker_request_t;
 
 /* Prepares the call st_worker_call() would make, with `attempt` (> 0) sent as
- * `Strand-Attempt`, without performing it. Returns ST_OK and *out, which the caller
+ * `Strand-Attempt` and `lease_epoch` (> 0; 0 sends no header) as `Strand-Lease-Epoch`,
+ * without performing it. Returns ST_OK and *out, which the caller
  * frees with st_worker_request_free(); ST_ERR_INVALID (a URL that is not http(s)) or
  * ST_ERR_NOMEM with `reply->error` set otherwise (release that reply as usual). */
 st_err_t st_worker_request_new(const char *method, const char *url, const char *body,
                                const char *idempotency_key, const char *instance_id,
-                               int attempt, const json_t *headers, long timeout_ms,
-                               st_worker_request_t **out, st_worker_reply_t *reply);
+                               int attempt, long long lease_epoch, const json_t *headers,
+                               long timeout_ms, st_worker_request_t **out,
+                               st_worker_reply_t *reply);
 
 /* The request's easy handle, to add to a multi handle. Borrowed; valid until
  * st_worker_request_free() (remove it from the multi handle before that). */

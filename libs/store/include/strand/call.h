@@ -9,6 +9,11 @@
  * A call's life: pending -> sent (claimed, under a lease) -> succeeded | failed;
  * pending -> abandoned (its instance no longer waits on it) | cancelled (its instance
  * or branch ended); sent -> pending when the lease lapses (sent again, same key).
+ *
+ * Each claim increments the call's lease epoch (migration 0028): the first claim is
+ * epoch 1, a claim after a lapsed lease 2, ... The epoch fences the claim's holder:
+ * only the current epoch's claim renews the lease or records the result, and the
+ * worker sees it as `Strand-Lease-Epoch` (docs/definitions.md, calls).
  */
 #ifndef STRAND_CALL_H
 #define STRAND_CALL_H
@@ -45,6 +50,7 @@ typedef struct st_call_row {
     char *idempotency_key;
     long timeout_ms;
     int abandoned;               /* claimed as 'abandoned': never to be sent */
+    long long lease_epoch;       /* this claim's epoch (st_call_claim; >= 1 when sent) */
     char *claimed_by;            /* the lapsed lease's owner (st_call_recover_lapsed) */
 } st_call_row_t;
 
@@ -55,7 +61,9 @@ st_err_t st_call_add_tx(PGconn *conn, const st_call_new_t *call, st_errbuf_t *eb
 /* Claims up to `limit` pending calls (oldest first, FOR UPDATE SKIP LOCKED) for node
  * `node_id` under a lease of `lease_ms`: a call whose instance has ended or no longer
  * waits on its token (no live thread of the engine's snapshot waits on it) is marked
- * abandoned instead. One statement, autocommitted. On success `*out` (caller frees with
+ * abandoned instead. Each call claimed 'sent' gets the next lease epoch (row's
+ * lease_epoch). The lease is counted from the database's now(), i.e. from a moment
+ * after the caller issued the statement. One statement, autocommitted. On success `*out` (caller frees with
  * st_call_list_free()) holds `*n` rows, sent and abandoned alike. */
 st_err_t st_call_claim(PGconn *conn, int limit, const char *node_id, int lease_ms,
                        st_call_row_t **out, int *n, st_errbuf_t *eb);
@@ -65,21 +73,27 @@ st_err_t st_call_claim(PGconn *conn, int limit, const char *node_id, int lease_m
  * and claimed_by. One statement, autocommitted. */
 st_err_t st_call_recover_lapsed(PGconn *conn, st_call_row_t **out, int *n, st_errbuf_t *eb);
 
-/* Pushes the lease of each sent call of `ids` (`n` borrowed uuid strings) to now +
- * `lease_ms`. One statement, autocommitted. */
-st_err_t st_call_renew_leases(PGconn *conn, const char *const *ids, size_t n, int lease_ms,
-                              st_errbuf_t *eb);
+/* Pushes the lease of each call `ids[i]` (`n` borrowed uuid strings) claimed under
+ * epoch `epochs[i]` to now + `lease_ms`, but only where that claim still holds it: the
+ * call is 'sent', still at that epoch and its lease has not passed (a lapsed lease is
+ * never revived). `renewed[i]` (n ints) is set to 1 for each lease renewed, 0 for the
+ * others. One statement, autocommitted. */
+st_err_t st_call_renew_leases(PGconn *conn, const char *const *ids,
+                              const long long *epochs, size_t n, int lease_ms,
+                              int *renewed, st_errbuf_t *eb);
 
 /* Milliseconds until the earliest lease of a sent call passes (negative: passed);
  * `*has` 0 when no call is sent. A read. */
 st_err_t st_call_next_lease_ms(PGconn *conn, long long *ms, int *has, st_errbuf_t *eb);
 
 /* Records call `id`'s outcome (`succeeded` true: 'succeeded', else 'failed') with
- * `result_json`, once: `*recorded` is 0 when another dispatcher already answered it
+ * `result_json`, once, for the claim of epoch `lease_epoch`: `*recorded` is 0 when the
+ * call was claimed again since (a newer epoch), another dispatcher already answered it
  * or it was abandoned (then nothing changed and nothing should be signalled).
  * Expects the caller to hold an open transaction on `conn`. */
-st_err_t st_call_record_result_tx(PGconn *conn, const char *id, int succeeded,
-                                  const char *result_json, int *recorded, st_errbuf_t *eb);
+st_err_t st_call_record_result_tx(PGconn *conn, const char *id, long long lease_epoch,
+                                  int succeeded, const char *result_json, int *recorded,
+                                  st_errbuf_t *eb);
 
 /* Frees the `n` rows of `rows` (NULL is fine). */
 void st_call_list_free(st_call_row_t *rows, int n);
