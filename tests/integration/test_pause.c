@@ -5,7 +5,9 @@
  * instance, pause and resume of a definition version with several instances (and one
  * started meanwhile), rewind past a child (the child is cancelled, the parent continues
  * from the earlier snapshot and completes), rewind of a lifecycle and of a process,
- * a pause racing a wake-up (one applies, nothing twice), the verbs over Kafka ingress,
+ * a pause racing a wake-up in each order (forced by a row lock the test holds: the pause
+ * first, the signal kept; the wake-up first, 409 at the API or the pause rejected by the
+ * executor), the verbs over Kafka ingress,
  * 409 on a stale expected_version and 400 on bad input, changing nothing.
  */
 #include <pthread.h>
@@ -752,76 +754,244 @@ static void test_repair_while_paused(void)
     free(id);
 }
 
-/* A pause racing a wake-up, several times: either the pause applies (the signal is
- * kept, then applied once on resume) or the wake-up moves the version first (the
- * pause is refused, at the API with 409 or by the executor with an audit row
- * "rejected"). Never both, never twice. */
-typedef struct {
-    const char *id;
-    long long v;
-    long status;
-} race_arg_t;
+/* ---- a pause racing a wake-up, each ordering forced ---------------------------------
+ *
+ * The API checks a verb, and the executor applies a wake-up, under the same row lock:
+ * the instance's runtime state, FOR UPDATE. The test holds that lock itself, so both
+ * queue behind it, and PostgreSQL grants a row lock to its waiters in the order they
+ * queued (the first holds the tuple lock the later ones wait for). Sending the second
+ * request only once the first is seen waiting decides which one runs first; no
+ * outcome depends on timing. */
 
-static void *race_pause(void *p)
+typedef struct {
+    PGconn *conn;
+    int pid;
+} row_lock_t;
+
+/* Locks the instance's runtime state in a transaction of the test's own; returns 1 if
+ * it holds the lock (release with unlock_state()). */
+static int lock_state(row_lock_t *l, const char *id)
 {
-    race_arg_t *a = p;
-    char body[64];
-    snprintf(body, sizeof body, "{\"expected_version\":%lld}", a->v);
-    a->status = verb(T_OPS, a->id, "pause", body, NULL);
+    char sql[200];
+    l->conn = it_pg_begin();
+    l->pid = PQbackendPID(l->conn);
+    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.runtime_states WHERE instance_id = '%s' FOR UPDATE", id);
+    PGresult *res = PQexec(l->conn, sql);
+    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    PQclear(res);
+    CU_ASSERT_TRUE(ok);
+    return ok;
+}
+
+static void unlock_state(row_lock_t *l)
+{
+    it_pg_commit(l->conn);
+    l->conn = NULL;
+}
+
+/* Waits until `n` sessions of `app` queue behind the lock, directly or behind another
+ * waiter: "strand-api" is a verb's check, "strand-executor" a wake-up. Returns 1 when
+ * they do within 30 s. */
+static int wait_queued(const row_lock_t *l, const char *app, int n)
+{
+    char sql[800];
+    snprintf(sql, sizeof sql,
+             "WITH RECURSIVE q(pid) AS ("
+             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
+             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
+             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
+             l->pid, app);
+    long long got = it_wait_number(sql, n, 30);
+    if (got < n)
+        fprintf(stderr, "\n%lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
+    CU_ASSERT_TRUE(got >= n);
+    return got >= n;
+}
+
+/* A POST answered in a thread of its own: it may queue behind the test's lock. */
+typedef struct {
+    char path[200], body[200];
+    long status;
+    json_t *answer;
+    pthread_t th;
+} async_post_t;
+
+static void *async_post_main(void *p)
+{
+    async_post_t *a = p;
+    a->status = post(T_OPS, a->path, a->body, &a->answer);
     return NULL;
 }
 
-static void test_pause_races_wakeup(void)
+/* POST /v1/instances/{id}/pause {expected_version: v} in a thread. */
+static void pause_async(async_post_t *a, const char *id, long long v)
 {
-    int paused_first = 0, wakeup_first = 0, refused_by_api = 0;
-    for (int round = 0; round < 6; round++) {
-        char *id = it_start_instance(T_ADMIN, race, NULL);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-        CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
-        race_arg_t arg = {id, version_of(id), 0};
-        pthread_t th;
-        if (round % 2 == 0) {
-            pthread_create(&th, NULL, race_pause, &arg);
-            send_signal(id, "go", "{}");
-        } else {
-            send_signal(id, "go", "{}");
-            pthread_create(&th, NULL, race_pause, &arg);
-        }
-        pthread_join(th, NULL);
-        CU_ASSERT_TRUE(arg.status == 202 || arg.status == 409);
-        /* settle: the pause applied or was refused; the signal was applied or kept */
-        char sql[500];
-        snprintf(sql, sizeof sql, "SELECT (SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
-                 "  AND kind IN ('signal_held', 'wakeup') AND detail->>'signal_type' = 'SIGNAL')"
-                 " + (SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s' AND action = 'pause'"
-                 "  AND outcome IN ('applied', 'rejected'))", id, id);
-        it_wait_number(sql, arg.status == 202 ? 2 : 1, 30);
-        long long applied = audit_count(id, "pause", "applied");
-        long long rejected = audit_count(id, "pause", "rejected");
-        if (applied == 1) {
-            paused_first++;
-            expect_status(id, "paused");
-            CU_ASSERT_EQUAL(rejected, 0);
-            CU_ASSERT_EQUAL(history_count(id, "signal_held"), 1);
-            resume_now(id);
-            CU_ASSERT_TRUE(wait_waiting(id, arg.v + 1, 30));
-        } else {
-            wakeup_first++;
-            refused_by_api += arg.status == 409;
-            CU_ASSERT_EQUAL(rejected + (arg.status == 409), 1);
-            CU_ASSERT_TRUE(wait_waiting(id, arg.v + 1, 30));
-            expect_status(id, "waiting");
-        }
-        sleep(1);
-        /* the signal applied exactly once either way */
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
-                 " AND kind = 'wakeup' AND detail->>'signal_type' = 'SIGNAL'", id);
-        CU_ASSERT_EQUAL(it_sql_number(sql), 1);
-        CU_ASSERT_EQUAL(version_of(id), arg.v + 1);
-        free(id);
-    }
-    printf("\n  pause first: %d rounds, wake-up first: %d rounds (%d refused by the API, %d by the "
-           "executor)\n", paused_first, wakeup_first, refused_by_api, wakeup_first - refused_by_api);
+    memset(a, 0, sizeof *a);
+    snprintf(a->path, sizeof a->path, "/v1/instances/%s/pause", id);
+    snprintf(a->body, sizeof a->body, "{\"expected_version\":%lld}", v);
+    pthread_create(&a->th, NULL, async_post_main, a);
+}
+
+/* Joins the thread; returns the status (the answer stays in a->answer: decref it). */
+static long async_join(async_post_t *a)
+{
+    pthread_join(a->th, NULL);
+    return a->status;
+}
+
+/* Posts the signal "go" and returns its id in `sid` (64 bytes); asserts 202. */
+static void send_go(const char *id, char *sid)
+{
+    char path[160];
+    json_t *answer = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(post(T_ADMIN, path, "{\"name\":\"go\",\"payload\":{}}", &answer), 202);
+    snprintf(sid, 64, "%s", json_string_value(json_object_get(answer, "signal_id")) ?: "");
+    json_decref(answer);
+}
+
+/* The executor's outcome of signal `sid` (strand.processed_signals), waited for up to
+ * 30 s; caller frees. */
+static char *signal_outcome(const char *sid)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT outcome FROM strand.processed_signals WHERE signal_id = '%s'", sid);
+    char *o = it_wait_text(sql, 30);
+    return o ? o : strdup("none");
+}
+
+static void expect_signal_outcome(const char *sid, const char *want)
+{
+    char *got = signal_outcome(sid);
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "\nsignal %s: outcome %s, want %s\n", sid, got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+    free(got);
+}
+
+/* A fresh instance of `race` waiting for "go"; its state_version in *v. */
+static char *race_instance(long long *v)
+{
+    char *id = it_start_instance(T_ADMIN, race, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    CU_ASSERT_TRUE_FATAL(wait_waiting(id, 1, 30));
+    *v = version_of(id);
+    return id;
+}
+
+/* The signal "go" applied once, by a wake-up that moved the version to `v`. */
+static void expect_go_applied_once(const char *id, long long v)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
+             " AND kind = 'wakeup' AND detail->>'signal_type' = 'SIGNAL'", id);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
+    CU_ASSERT_TRUE(wait_waiting(id, v, 30));
+    sleep(1);   /* nothing more arrives: still once, still `v` */
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_EQUAL(version_of(id), v);
+}
+
+/* Ordering A, the pause first: its check and its PAUSE come before the wake-up (the
+ * PAUSE is enqueued first, and one instance's signals apply in order), so it applies;
+ * the signal is kept (outcome buffered, history signal_held) and applied once on
+ * resume. */
+static void test_race_pause_first(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64];
+    char body[64];
+    json_t *answer = NULL;
+    snprintf(body, sizeof body, "{\"expected_version\":%lld}", v);
+    CU_ASSERT_EQUAL(verb(T_OPS, id, "pause", body, &answer), 202);
+    json_decref(answer);
+    send_go(id, go);   /* at once: the PAUSE may not have been applied yet */
+    expect_signal_outcome(go, "buffered");
+    CU_ASSERT_EQUAL(wait_audit(id, "pause", "applied", 30), 1);
+    expect_status(id, "paused");
+    CU_ASSERT_EQUAL(version_of(id), v);
+    CU_ASSERT_EQUAL(history_count(id, "signal_held"), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "pause", "rejected"), 0);
+    resume_now(id);
+    expect_go_applied_once(id, v + 1);
+    expect_status(id, "waiting");
+    free(id);
+}
+
+/* Ordering B, the wake-up applied before the API's check: the lock is held, the
+ * signal's wake-up queues first and the pause's check second. The check finds the
+ * version moved: 409 version_mismatch with the new state_version, nothing enqueued,
+ * no audit row. */
+static void test_race_wakeup_before_check(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64];
+    row_lock_t lock;
+    async_post_t pause;
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    send_go(id, go);
+    int queued = wait_queued(&lock, "strand-executor", 1);
+    pause_async(&pause, id, v);
+    queued = queued && wait_queued(&lock, "strand-api", 1);
+    unlock_state(&lock);
+    long status = async_join(&pause);
+    if (status != 409)
+        fprintf(stderr, "\npause after the wake-up answered %ld, want 409\n", status);
+    CU_ASSERT_EQUAL(status, 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(pause.answer, "code")) ?: "", "version_mismatch");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(pause.answer, "state_version")), v + 1);
+    json_decref(pause.answer);
+    expect_signal_outcome(go, "applied");
+    expect_go_applied_once(id, v + 1);
+    expect_status(id, "waiting");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    CU_ASSERT_TRUE(queued);
+    free(id);
+}
+
+/* Ordering B', the API's check before the wake-up, the wake-up before the PAUSE: the
+ * lock is held, the pause's check queues first (it answers 202), the signal's wake-up
+ * second, and the PAUSE arrives after the wake-up moved the version. The executor
+ * drops it: outcome stale, a StaleSignal notice, an audit row "rejected" saying why;
+ * the instance was never paused and the signal applied once. */
+static void test_race_check_before_wakeup(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64];
+    row_lock_t lock;
+    async_post_t pause;
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    pause_async(&pause, id, v);
+    int queued = wait_queued(&lock, "strand-api", 1);
+    send_go(id, go);
+    queued = queued && wait_queued(&lock, "strand-executor", 1);
+    unlock_state(&lock);
+    long status = async_join(&pause);
+    CU_ASSERT_EQUAL(status, 202);
+    char sid[64];
+    snprintf(sid, sizeof sid, "%s", json_string_value(json_object_get(pause.answer, "signal_id")) ?: "");
+    json_decref(pause.answer);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL_FATAL(status, 202);
+    expect_signal_outcome(go, "applied");
+    expect_signal_outcome(sid, "stale");
+    CU_ASSERT_EQUAL(wait_audit(id, "pause", "rejected", 30), 1);
+    char sql[500];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = 'pause' AND outcome = 'rejected' AND detail->>'signal_id' = '%s'"
+             " AND detail->>'why' = 'the instance''s state_version is %lld, not %lld'", id, sid, v + 1, v);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.notices WHERE instance_id = '%s'"
+             " AND code = 'StaleSignal' AND signal_id = '%s'", id, sid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "pause", "requested"), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "pause", "applied"), 0);
+    expect_go_applied_once(id, v + 1);
+    expect_status(id, "waiting");
+    CU_ASSERT_EQUAL(history_count(id, "paused") + history_count(id, "signal_held"), 0);
+    free(id);
 }
 
 /* The verbs over Kafka ingress: PAUSE and RESUME commands, same checks as HTTP. */
@@ -982,7 +1152,9 @@ int main(void)
         {"a definition version resumed while the executor is down", test_definition_resume_executor_down},
         {"the executor re-checks expected_version", test_executor_rechecks},
         {"repair verbs on a paused instance: steps refused, patch keeps it paused", test_repair_while_paused},
-        {"a pause racing a wake-up: one applies, nothing twice", test_pause_races_wakeup},
+        {"a pause racing a wake-up: the pause first, the signal kept", test_race_pause_first},
+        {"a pause racing a wake-up: the wake-up before the check, 409", test_race_wakeup_before_check},
+        {"a pause racing a wake-up: the check first, the executor rejects it", test_race_check_before_wakeup},
         {"pause and resume over Kafka ingress", test_ingress},
         {"409 on a stale version, 400 on bad input: nothing changes", test_bad_input_changes_nothing},
         {"strandctl pause, resume, rewind, definitions pause/resume", test_strandctl},

@@ -9,9 +9,11 @@
  *     patch and retry to completion; fail then retry;
  *   - lifecycle: fire-timer (the state's timeout event); fail, retry, then a trigger
  *     moves it; patch-variables and skip-wait answer 409 not_applicable;
- *   - verbs racing: many verbs with one expected_version fired at once, with signals
- *     waking the instance meanwhile: exactly one applies, the others are rejected, and
- *     the audit log says so;
+ *   - verbs racing, each ordering forced by a row lock the test holds: two verbs with
+ *     one expected_version both accepted (the first applies, the executor rejects the
+ *     second); a verb and a signal on the same wait (the verb first: the signal kept;
+ *     the wake-up before the API's check: 409; the check first, the wake-up first at
+ *     the executor: the verb rejected with a StaleSignal notice and an audit row);
  *   - dead letters: a wake-up dead-lettered by a failing write: its payload edited
  *     (PUT /v1/dead-letters/{id}/payload) then replayed; another retried by the retry
  *     verb once the cause is gone; editing a non-signal letter answers 409;
@@ -32,7 +34,7 @@
 #include "st_test.h"
 
 static char sfx[48];
-static char flow[80], proc[96], life[80], sig_flow[80];
+static char flow[80], proc[96], life[80], sig_flow[80], race_flow[80];
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
@@ -194,6 +196,13 @@ static void test_setup(void)
              "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
              "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
              "{\"id\":\"end\",\"type\":\"complete\",\"output\":{\"bad\":\"state.go.bad\"}}]}", sig_flow);
+    it_import(NULL, doc);
+    /* waits for go, then for more: a verb and the signal race to complete the first */
+    snprintf(doc, sizeof doc,
+             "{\"kind\":\"flow\",\"name\":\"%s\",\"version\":1,\"steps\":["
+             "{\"id\":\"go\",\"type\":\"wait_signal\",\"name\":\"go\",\"result\":\"go\"},"
+             "{\"id\":\"more\",\"type\":\"wait_signal\",\"name\":\"more\"},"
+             "{\"id\":\"end\",\"type\":\"complete\",\"output\":{\"by\":\"state.go.by\"}}]}", race_flow);
     it_import(NULL, doc);
     snprintf(doc, sizeof doc,
              "{\"kind\":\"process\",\"name\":\"%s\",\"version\":1,\"queues\":[\"go\"],"
@@ -387,107 +396,308 @@ static void test_lifecycle_verbs(void)
     CU_ASSERT_EQUAL(it_wait_number(sql, 1, 30), 1);
 }
 
+/* ---- verbs racing wake-ups, each ordering forced -------------------------------------
+ *
+ * The API checks a verb (expected_version, under the instance's row lock) and the
+ * executor applies a wake-up or a verb under the same lock: the runtime state, FOR
+ * UPDATE. The test holds that lock itself, so whatever comes meanwhile queues behind
+ * it, and PostgreSQL grants a row lock to its waiters in the order they queued (the
+ * first holds the tuple lock the later ones wait for). Sending the second request only
+ * once the first is seen waiting decides which one runs first; no outcome depends on
+ * timing. */
+
 typedef struct {
-    const char *id;
-    const char *verb;
+    PGconn *conn;
+    int pid;
+} row_lock_t;
+
+/* Locks the instance's runtime state in a transaction of the test's own; returns 1 if
+ * it holds the lock (release with unlock_state()). */
+static int lock_state(row_lock_t *l, const char *id)
+{
+    char sql[200];
+    l->conn = it_pg_begin();
+    l->pid = PQbackendPID(l->conn);
+    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.runtime_states WHERE instance_id = '%s' FOR UPDATE", id);
+    PGresult *res = PQexec(l->conn, sql);
+    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    PQclear(res);
+    CU_ASSERT_TRUE(ok);
+    return ok;
+}
+
+static void unlock_state(row_lock_t *l)
+{
+    it_pg_commit(l->conn);
+    l->conn = NULL;
+}
+
+/* Waits until `n` sessions of `app` queue behind the lock, directly or behind another
+ * waiter: "strand-api" is a verb's check, "strand-executor" a wake-up. Returns 1 when
+ * they do within 30 s. */
+static int wait_queued(const row_lock_t *l, const char *app, int n)
+{
+    char sql[800];
+    snprintf(sql, sizeof sql,
+             "WITH RECURSIVE q(pid) AS ("
+             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
+             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
+             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
+             l->pid, app);
+    long long got = it_wait_number(sql, n, 30);
+    if (got < n)
+        fprintf(stderr, "\n    %lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
+    CU_ASSERT_TRUE(got >= n);
+    return got >= n;
+}
+
+/* A verb POSTed in a thread of its own: it may queue behind the test's lock. */
+typedef struct {
+    const char *id, *verb;
     char extra[128];
     long long ev;
     long status;
+    json_t *answer;   /* the answer's body (decref it) */
     char signal_id[64];
+    pthread_t th;
 } racer_t;
 
 static void *race_verb(void *arg)
 {
     racer_t *r = arg;
-    r->status = post_verb(r->id, r->verb, r->ev, r->extra[0] ? r->extra : NULL, r->signal_id);
+    char path[160], body[300];
+    snprintf(path, sizeof path, "/v1/instances/%s/%s", r->id, r->verb);
+    snprintf(body, sizeof body, "{\"expected_version\":%lld%s%s}", r->ev, r->extra[0] ? "," : "", r->extra);
+    r->status = it_http(IT_API, "POST", path, body, &r->answer);
+    snprintf(r->signal_id, sizeof r->signal_id, "%s",
+             json_string_value(json_object_get(r->answer, "signal_id")) ?: "");
     return NULL;
 }
 
-static void *race_signal(void *arg)
+static void verb_async(racer_t *r, const char *id, const char *verb, long long ev, const char *extra)
 {
-    racer_t *r = arg;
+    memset(r, 0, sizeof *r);
+    r->id = id;
+    r->verb = verb;
+    r->ev = ev;
+    snprintf(r->extra, sizeof r->extra, "%s", extra ? extra : "");
+    pthread_create(&r->th, NULL, race_verb, r);
+}
+
+/* Joins the thread; returns the status (r->answer stays: decref it). */
+static long verb_join(racer_t *r)
+{
+    pthread_join(r->th, NULL);
+    return r->status;
+}
+
+/* Posts the signal "go" with {by: "signal"}; asserts 202 and returns its id in `sid`
+ * (64 bytes). */
+static void send_go(const char *id, char *sid)
+{
     char path[160];
-    snprintf(path, sizeof path, "/v1/instances/%s/signals", r->id);
-    r->status = it_http(IT_API, "POST", path, "{\"name\":\"noise\",\"payload\":{}}", NULL);
-    return NULL;
+    json_t *out = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s/signals", id);
+    CU_ASSERT_EQUAL(it_http(IT_API, "POST", path, "{\"name\":\"go\",\"payload\":{\"by\":\"signal\"}}", &out), 202);
+    snprintf(sid, 64, "%s", json_string_value(json_object_get(out, "signal_id")) ?: "");
+    json_decref(out);
 }
 
-/* `nverbs` verbs with one expected_version, at once, with `nsignals` signals waking
- * the instance meanwhile. Returns how many were applied; checks the audit log. */
-static int race(const char *id, int nverbs, int nsignals, const char *const *verbs, const char *const *extras)
+/* The executor's outcome of signal `sid` (strand.processed_signals: applied, stale,
+ * buffered), waited for up to 30 s; caller frees. */
+static char *signal_outcome(const char *sid)
 {
-    long long ev = version_of(id);
-    racer_t r[64];
-    pthread_t th[64];
-    int n = nverbs + nsignals, verbs_made = 0, signals_made = 0;
-    for (int i = 0; i < n; i++) {   /* verbs and signals interleaved */
-        memset(&r[i], 0, sizeof r[i]);
-        r[i].id = id;
-        r[i].ev = ev;
-        if ((i % 2 == 0 && verbs_made < nverbs) || signals_made >= nsignals) {
-            r[i].verb = verbs[verbs_made % 2];
-            snprintf(r[i].extra, sizeof r[i].extra, "%s", extras[verbs_made % 2]);
-            verbs_made++;
-        } else {
-            signals_made++;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        pthread_create(&th[i], NULL, r[i].verb ? race_verb : race_signal, &r[i]);
-    for (int i = 0; i < n; i++)
-        pthread_join(th[i], NULL);
-    int accepted = 0, applied = 0, rejected = 0, refused = 0;
-    for (int i = 0; i < n; i++) {
-        if (r[i].verb == NULL)
-            continue;
-        if (r[i].status != 202) {
-            refused += r[i].status == 409;
-            continue;
-        }
-        accepted++;
-        char *o = outcome_of(r[i].signal_id);
-        applied += strcmp(o, "applied") == 0;
-        rejected += strcmp(o, "rejected") == 0;
-        free(o);
-    }
-    printf("\n    race: %d verbs (expected_version %lld) and %d signals: %d accepted, %d refused 409 "
-           "at the API, %d applied, %d rejected by the executor; state_version now %lld\n",
-           verbs_made, ev, n - verbs_made, accepted, refused, applied, rejected, version_of(id));
-    CU_ASSERT(accepted >= 1);
-    CU_ASSERT_EQUAL(applied + rejected, accepted);
-    CU_ASSERT_EQUAL(accepted + refused, verbs_made);
-    return applied;
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT outcome FROM strand.processed_signals WHERE signal_id = '%s'", sid);
+    char *o = it_wait_text(sql, 30);
+    return o ? o : strdup("none");
 }
 
-static void test_race(void)
+/* The verb signal `sid` was dropped the documented way: outcome stale, a StaleSignal
+ * notice, an audit row "rejected" saying the version moved. */
+static void expect_rejected_stale(const char *id, const char *sid)
 {
-    /* Patches racing each other and buffered signals (wake-ups that keep the version). */
-    char *id = start(flow, NULL, NULL);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
-    CU_ASSERT(wait_waiting(id, "task") > 0);
-    long long ev = version_of(id);
-    static const char *const patch[] = {"variables", "variables"};
-    static const char *const patch_args[] = {"\"patch\":{\"who\":\"a\"}", "\"patch\":{\"who\":\"b\"}"};
-    CU_ASSERT_EQUAL(race(id, 12, 12, patch, patch_args), 1);
-    CU_ASSERT_EQUAL(version_of(id), ev + 1);   /* one change, not two */
+    expect_outcome(outcome_of(sid), "rejected");
+    expect_outcome(signal_outcome(sid), "stale");
     char sql[400];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
-             " AND action = 'patch_variables' AND outcome = 'applied'", id);
+             " AND outcome = 'rejected' AND detail->>'signal_id' = '%s'"
+             " AND detail->>'why' = 'the signal expected another state version'", id, sid);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
-             " AND action = 'patch_variables' AND outcome = 'rejected'"
-             " AND detail->>'why' = 'the signal expected another state version'", id);
-    long long rejected = it_sql_number(sql);
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
-             " AND action = 'patch_variables' AND outcome = 'requested'", id);
-    CU_ASSERT_EQUAL(it_sql_number(sql), rejected + 1);
-    /* Fire-timer and skip-wait racing on a timer wait: one of them moves the instance. */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.notices WHERE instance_id = '%s'"
+             " AND code = 'StaleSignal' AND signal_id = '%s'", id, sid);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+}
+
+/* The instance's variable `go.by` (who completed the wait on go); caller frees. */
+static char *go_by(const char *id)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT snapshot->'state'->'go'->>'by' FROM strand.runtime_states"
+             " WHERE instance_id = '%s'", id);
+    char *by = it_sql_text(sql);
+    return by ? by : strdup("(none)");
+}
+
+static void expect_go_by(const char *id, const char *want)
+{
+    char *got = go_by(id);
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "\n    the wait on go was completed by %s, want %s\n", got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+    free(got);
+}
+
+/* Two verbs with one expected_version, both checked by the API before either applies
+ * (both queue behind the test's lock; the executor's wake-up for the first can only
+ * come after the second's check): both answer 202, the first applies, the executor
+ * rejects the second. Twice: two patches (else the second would overwrite the first),
+ * then fire-timer and skip-wait on the timer wait (else the second would skip the next
+ * wait too). */
+static void test_race_two_verbs(void)
+{
+    char *id = start(flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    long long v = wait_waiting(id, "task");
+    row_lock_t lock;
+    racer_t a, b;
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    verb_async(&a, id, "variables", v, "\"patch\":{\"who\":\"a\"}");
+    int queued = wait_queued(&lock, "strand-api", 1);
+    verb_async(&b, id, "variables", v, "\"patch\":{\"who\":\"b\"}");
+    queued = queued && wait_queued(&lock, "strand-api", 2);
+    unlock_state(&lock);
+    CU_ASSERT_EQUAL(verb_join(&a), 202);
+    CU_ASSERT_EQUAL(verb_join(&b), 202);
+    json_decref(a.answer);
+    json_decref(b.answer);
+    CU_ASSERT_TRUE(queued);
+    expect_outcome(outcome_of(a.signal_id), "applied");
+    expect_rejected_stale(id, b.signal_id);
+    CU_ASSERT_EQUAL(version_of(id), v + 1);   /* one change, not two */
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT snapshot->'state'->>'who' FROM strand.runtime_states"
+             " WHERE instance_id = '%s'", id);
+    char *who = it_sql_text(sql);
+    CU_ASSERT_STRING_EQUAL(who ? who : "", "a");
+    free(who);
+    CU_ASSERT_EQUAL(audit_count(id, "patch_variables", "requested"), 2);
+    CU_ASSERT_EQUAL(audit_count(id, "patch_variables", "applied"), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "patch_variables", "rejected"), 1);
+
+    /* on the timer wait: fire-timer first, skip-wait second */
     expect_outcome(apply(id, "skip-wait", NULL), "applied");
-    CU_ASSERT(wait_waiting(id, "timer") > 0);
-    static const char *const mixed[] = {"fire-timer", "skip-wait"};
-    static const char *const mixed_args[] = {"", ""};
-    CU_ASSERT_EQUAL(race(id, 10, 10, mixed, mixed_args), 1);
-    CU_ASSERT(wait_waiting(id, "signal") > 0);   /* past the timer once, not twice */
+    v = wait_waiting(id, "timer");
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    verb_async(&a, id, "fire-timer", v, NULL);
+    queued = wait_queued(&lock, "strand-api", 1);
+    verb_async(&b, id, "skip-wait", v, NULL);
+    queued = queued && wait_queued(&lock, "strand-api", 2);
+    unlock_state(&lock);
+    CU_ASSERT_EQUAL(verb_join(&a), 202);
+    CU_ASSERT_EQUAL(verb_join(&b), 202);
+    json_decref(a.answer);
+    json_decref(b.answer);
+    CU_ASSERT_TRUE(queued);
+    expect_outcome(outcome_of(a.signal_id), "applied");
+    expect_rejected_stale(id, b.signal_id);
+    CU_ASSERT_EQUAL(wait_waiting(id, "signal"), v + 1);   /* past the timer once, not twice */
+    CU_ASSERT_EQUAL(version_of(id), v + 1);
+    free(id);
+}
+
+/* A fresh instance of `race_flow` waiting for "go"; its state_version in *v. */
+static char *race_instance(long long *v)
+{
+    char *id = start(race_flow, NULL, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(id);
+    *v = wait_waiting(id, "signal");
+    CU_ASSERT_FATAL(*v > 0);
+    return id;
+}
+
+/* The verb first: skip-wait is checked and enqueued before the signal "go" is sent, so
+ * it applies first (one instance's signals apply in order): the wait on go completes
+ * with the verb's payload, and the signal, whose wait is gone, is kept for a later
+ * wait (outcome buffered, history signal_buffered). One change. */
+static void test_race_verb_first(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64], sid[64];
+    CU_ASSERT_EQUAL(post_verb(id, "skip-wait", v, "\"payload\":{\"by\":\"verb\"}", sid), 202);
+    send_go(id, go);   /* at once: the REPAIR may not have been applied yet */
+    expect_outcome(outcome_of(sid), "applied");
+    expect_outcome(signal_outcome(go), "buffered");
+    expect_go_by(id, "verb");
+    CU_ASSERT_EQUAL(wait_waiting(id, "signal"), v + 1);   /* now waiting for "more" */
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
+             " AND kind = 'signal_buffered'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 1);
+    CU_ASSERT_EQUAL(version_of(id), v + 1);
+    free(id);
+}
+
+/* The wake-up applied before the API's check: the signal's wake-up queues behind the
+ * test's lock first, the verb's check second. The check finds the version moved: 409
+ * version_mismatch with the new state_version; no audit row, nothing enqueued. */
+static void test_race_wakeup_before_check(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64];
+    row_lock_t lock;
+    racer_t r;
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    send_go(id, go);
+    int queued = wait_queued(&lock, "strand-executor", 1);
+    verb_async(&r, id, "skip-wait", v, "\"payload\":{\"by\":\"verb\"}");
+    queued = queued && wait_queued(&lock, "strand-api", 1);
+    unlock_state(&lock);
+    long status = verb_join(&r);
+    if (status != 409)
+        fprintf(stderr, "\n    skip-wait after the wake-up answered %ld, want 409\n", status);
+    CU_ASSERT_EQUAL(status, 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(r.answer, "code")) ?: "", "version_mismatch");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(r.answer, "state_version")), v + 1);
+    json_decref(r.answer);
+    CU_ASSERT_TRUE(queued);
+    expect_outcome(signal_outcome(go), "applied");
+    expect_go_by(id, "signal");
+    CU_ASSERT_EQUAL(version_of(id), v + 1);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'", id);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    free(id);
+}
+
+/* The API's check before the wake-up, the wake-up before the verb: the verb's check
+ * queues behind the test's lock first (202), the signal's wake-up second, and the
+ * REPAIR arrives after the wake-up moved the version. The executor drops it (outcome
+ * stale, StaleSignal notice, audit row "rejected" with why); the signal completed the
+ * wait, once. */
+static void test_race_check_before_wakeup(void)
+{
+    long long v;
+    char *id = race_instance(&v), go[64];
+    row_lock_t lock;
+    racer_t r;
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    verb_async(&r, id, "skip-wait", v, "\"payload\":{\"by\":\"verb\"}");
+    int queued = wait_queued(&lock, "strand-api", 1);
+    send_go(id, go);
+    queued = queued && wait_queued(&lock, "strand-executor", 1);
+    unlock_state(&lock);
+    long status = verb_join(&r);
+    json_decref(r.answer);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL_FATAL(status, 202);
+    expect_outcome(signal_outcome(go), "applied");
+    expect_rejected_stale(id, r.signal_id);
+    CU_ASSERT_EQUAL(audit_count(id, "skip_wait", "requested"), 1);
+    CU_ASSERT_EQUAL(audit_count(id, "skip_wait", "applied"), 0);
+    expect_go_by(id, "signal");
+    CU_ASSERT_EQUAL(wait_waiting(id, "signal"), v + 1);   /* waiting for "more" */
+    CU_ASSERT_EQUAL(version_of(id), v + 1);
     free(id);
 }
 
@@ -743,6 +953,7 @@ int main(void)
     snprintf(flow, sizeof flow, "repair-flow-%s", sfx);
     snprintf(sig_flow, sizeof sig_flow, "repair-sig-%s", sfx);
     snprintf(proc, sizeof proc, "repair-proc-%s", sfx);
+    snprintf(race_flow, sizeof race_flow, "repair-race-%s", sfx);
     snprintf(life, sizeof life, "repair-life-%s", sfx);
     static const it_case_t cases[] = {
         {"setup", test_setup},
@@ -750,7 +961,10 @@ int main(void)
         {"flow: fail, retry reopens the wait, retry from a named step", test_flow_fail_retry},
         {"process: patch, fire-timer, skip-wait, fail, retry", test_process_verbs},
         {"lifecycle: fire-timer, fail, retry; patch and skip-wait do not apply", test_lifecycle_verbs},
-        {"verbs racing wake-ups: exactly one applies", test_race},
+        {"two verbs at one version, both accepted: the executor rejects the second", test_race_two_verbs},
+        {"a verb racing a wake-up: the verb first, the signal kept", test_race_verb_first},
+        {"a verb racing a wake-up: the wake-up before the check, 409", test_race_wakeup_before_check},
+        {"a verb racing a wake-up: the check first, the executor rejects it", test_race_check_before_wakeup},
         {"dead letters: edit then replay; retry redelivers", test_dead_letters},
         {"bad input changes nothing", test_bad_input},
         {"verbs over Kafka ingress", test_ingress},

@@ -6,9 +6,10 @@
  * completes with a task still open cancel that task; a cancelled task refuses every
  * action with 409 task_cancelled; a cancelled instance stops its Kafka call's re-raises;
  * and only admins take a task assigned to someone else. Plus the seam: a parent's cancel
- * racing its child's completion.
+ * racing its child's completion, each ordering forced by a row lock the test holds.
  */
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,44 +416,320 @@ static void test_id_reuse_terminate_reaches_calls(void)
     free(first);
 }
 
-/* The seam: a parent cancelled while its child's task is completed at the same moment.
- * Whichever lands first, everything ends: the parent cancelled (or completed, when the
- * child's completion won), the child ended, no task left open, nothing waiting. */
-static void test_cancel_races_child_completion(void)
+/* ---- the seam: a parent's cancel racing its child's completion, each ordering forced
+ *
+ * The test holds a row lock that one side needs (the child's task row, or an
+ * instance's runtime state, FOR UPDATE): what comes meanwhile queues behind it, and
+ * PostgreSQL grants a row lock to its waiters in the order they queued (the first
+ * holds the tuple lock the later ones wait for). Sending the second request only once
+ * the first is seen waiting decides which one runs first; the rest follows from one
+ * instance's signals applying in the order they were sent. No outcome depends on
+ * timing. (The cancel applied in full before the completion is the case "cancel a
+ * parent" above: the completion answers 409 task_cancelled.) */
+
+typedef struct {
+    PGconn *conn;
+    int pid;
+} row_lock_t;
+
+/* Locks the row of strand.`table` whose `key` is `id`, in a transaction of the test's
+ * own; returns 1 if it holds the lock (release with unlock_row()). */
+static int lock_row(row_lock_t *l, const char *table, const char *key, const char *id)
 {
-    for (int round = 0; round < 3; round++) {
-        char *p = it_start_instance(T_ADMIN, parent, NULL);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-        char *child = wait_child(p);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(child);
-        char *task = wait_task(child, "Approve", 30);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(task);
-        char complete[160], cancel[160], sql[400];
-        snprintf(complete, sizeof complete, "/v1/tasks/%s/complete", task);
-        snprintf(cancel, sizeof cancel, "/v1/instances/%s/cancel", p);
-        /* alternate which request goes first */
-        long a = it_req(IT_API, round % 2 ? T_ADMIN : T_ALICE, "POST", round % 2 ? cancel : complete,
-                     round % 2 ? "{}" : "{\"result\":{}}", NULL);
-        long b = it_req(IT_API, round % 2 ? T_ALICE : T_ADMIN, "POST", round % 2 ? complete : cancel,
-                     round % 2 ? "{\"result\":{}}" : "{}", NULL);
-        printf("\n  round %d: first %ld, second %ld", round, a, b);
-        json_t *pi = wait_ended(p, 60), *ci = wait_ended(child, 60);
-        CU_ASSERT_PTR_NOT_NULL(pi);
-        CU_ASSERT_PTR_NOT_NULL(ci);
-        const char *ps = json_string_value(json_object_get(pi, "status"));
-        const char *cs = json_string_value(json_object_get(ci, "status"));
-        printf(" -> parent %s, child %s", ps ? ps : "?", cs ? cs : "?");
-        CU_ASSERT_TRUE(ps && (strcmp(ps, "cancelled") == 0 || strcmp(ps, "completed") == 0));
-        CU_ASSERT_TRUE(cs && (strcmp(cs, "cancelled") == 0 || strcmp(cs, "completed") == 0));
-        json_decref(pi);
-        json_decref(ci);
-        snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id IN ('%s', '%s')"
-                 " AND status IN ('open', 'assigned')", p, child);
-        CU_ASSERT_EQUAL(it_sql_number(sql), 0);
-        free(task);
-        free(child);
-        free(p);
-    }
+    char sql[300];
+    l->conn = it_pg_begin();
+    l->pid = PQbackendPID(l->conn);
+    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.%s WHERE %s = '%s' FOR UPDATE", table, key, id);
+    PGresult *res = PQexec(l->conn, sql);
+    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    PQclear(res);
+    CU_ASSERT_TRUE(ok);
+    return ok;
+}
+
+static int lock_state(row_lock_t *l, const char *instance_id)
+{
+    return lock_row(l, "runtime_states", "instance_id", instance_id);
+}
+
+static void unlock_row(row_lock_t *l)
+{
+    it_pg_commit(l->conn);
+    l->conn = NULL;
+}
+
+/* Waits until `n` sessions of `app` queue behind the lock, directly or behind another
+ * waiter: "strand-api" is a request, "strand-executor" a wake-up. Returns 1 when they
+ * do within 30 s. */
+static int wait_queued(const row_lock_t *l, const char *app, int n)
+{
+    char sql[800];
+    snprintf(sql, sizeof sql,
+             "WITH RECURSIVE q(pid) AS ("
+             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
+             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
+             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
+             l->pid, app);
+    long long got = it_wait_number(sql, n, 30);
+    if (got < n)
+        fprintf(stderr, "\n%lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
+    CU_ASSERT_TRUE(got >= n);
+    return got >= n;
+}
+
+/* A POST answered in a thread of its own: it may queue behind the test's lock. */
+typedef struct {
+    const char *token;
+    char path[160];
+    long status;
+    json_t *answer;   /* decref it */
+    pthread_t th;
+} async_post_t;
+
+static void *async_post_main(void *p)
+{
+    async_post_t *a = p;
+    a->status = it_req(IT_API, a->token, "POST", a->path, "{\"result\":{}}", &a->answer);
+    return NULL;
+}
+
+/* Alice completes `task`, in a thread. */
+static void complete_async(async_post_t *a, const char *task)
+{
+    memset(a, 0, sizeof *a);
+    a->token = T_ALICE;
+    snprintf(a->path, sizeof a->path, "/v1/tasks/%s/complete", task);
+    pthread_create(&a->th, NULL, async_post_main, a);
+}
+
+static long async_join(async_post_t *a)
+{
+    pthread_join(a->th, NULL);
+    return a->status;
+}
+
+/* Alice completes `task`; returns the status. */
+static long complete_task(const char *task)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/tasks/%s/complete", task);
+    return it_req(IT_API, T_ALICE, "POST", path, "{\"result\":{}}", NULL);
+}
+
+/* POST /v1/instances/{id}/cancel; returns the status and the signal id in `sid` (64
+ * bytes; empty unless 202). */
+static long cancel(const char *id, char *sid)
+{
+    char path[160];
+    json_t *answer = NULL;
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", id);
+    long status = it_req(IT_API, T_ADMIN, "POST", path, "{\"reason\":\"race\"}", &answer);
+    snprintf(sid, 64, "%s", json_string_value(json_object_get(answer, "signal_id")) ?: "");
+    json_decref(answer);
+    return status;
+}
+
+/* A parent waiting for its child, which waits on its task. */
+typedef struct {
+    char *parent, *child, *task;
+} family_t;
+
+static void family_start(family_t *f)
+{
+    f->parent = it_start_instance(T_ADMIN, parent, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f->parent);
+    f->child = wait_child(f->parent);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f->child);
+    f->task = wait_task(f->child, "Approve", 30);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f->task);
+}
+
+static void family_free(family_t *f)
+{
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.tasks WHERE instance_id IN ('%s', '%s')"
+             " AND status IN ('open', 'assigned')", f->parent, f->child);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);   /* nothing left open, whatever the order */
+    free(f->task);
+    free(f->child);
+    free(f->parent);
+}
+
+/* Waits until the instance's status is `want`; returns 1 if it was within 30 s. */
+static int wait_status(const char *id, const char *want)
+{
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.instances WHERE id = '%s' AND status = '%s'",
+             id, want);
+    return it_wait_number(sql, 1, 30) == 1;
+}
+
+/* Asserts the task's status and last event ("completed/completed", ...). */
+static void expect_task_state(const char *task, const char *want)
+{
+    char *state = task_state(task);
+    if (state == NULL || strcmp(state, want) != 0)
+        fprintf(stderr, "\ntask %s is %s, want %s\n", task, state ? state : "?", want);
+    CU_ASSERT_STRING_EQUAL(state ? state : "", want);
+    free(state);
+}
+
+/* A signal of `type` to the instance was dropped as stale, with a StaleSignal notice
+ * (waited for up to 30 s). */
+static void expect_stale(const char *id, const char *type)
+{
+    char sql[400];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.notices WHERE instance_id = '%s'"
+             " AND code = 'StaleSignal' AND detail->>'signal_type' = '%s'", id, type);
+    long long n = it_wait_number(sql, 1, 30);
+    if (n != 1)
+        fprintf(stderr, "\n%lld StaleSignal notices for a %s to %s, want 1\n", n, type, id);
+    CU_ASSERT_EQUAL(n, 1);
+}
+
+/* The child's end was its parent's cancel (history entry with by_parent). */
+static void expect_cancelled_by_parent(const family_t *f)
+{
+    expect_ended(f->child, "cancelled", "cancelled");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.history WHERE instance_id = '%s'"
+             " AND kind = 'cancelled' AND detail->>'by_parent' = '%s'", f->child, f->parent);
+    CU_ASSERT_EQUAL(it_wait_number(sql, 1, 10), 1);
+}
+
+/* The cancel first, at the child's task too: the test holds the task's row; the
+ * parent's cancel applies and its CANCEL reaches the child, whose wake-up queues on
+ * the task row (to cancel it); the completion queues second. The task is cancelled
+ * first, so the completion answers 409 task_cancelled; everything ends cancelled. */
+static void test_race_cancel_takes_task_first(void)
+{
+    family_t f;
+    family_start(&f);
+    row_lock_t lock;
+    async_post_t done;
+    char sid[64];
+    CU_ASSERT_TRUE_FATAL(lock_row(&lock, "tasks", "id", f.task));
+    CU_ASSERT_EQUAL(cancel(f.parent, sid), 202);
+    int queued = wait_status(f.parent, "cancelled") && wait_queued(&lock, "strand-executor", 1);
+    complete_async(&done, f.task);
+    queued = queued && wait_queued(&lock, "strand-api", 1);
+    unlock_row(&lock);
+    long status = async_join(&done);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL(status, 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(done.answer, "code")) ?: "", "task_cancelled");
+    json_decref(done.answer);
+    expect_ended(f.parent, "cancelled", "cancelled");
+    expect_cancelled_by_parent(&f);
+    expect_task_state(f.task, "cancelled/cancelled");
+    family_free(&f);
+}
+
+/* The cancel first at the parent, the completion accepted before the child's CANCEL
+ * applies: the test holds the child's runtime state; the parent's cancel applies and
+ * its CANCEL to the child queues on the lock; the completion (which needs only the
+ * task row) answers 200 meanwhile. The child's CANCEL then applies first: the child
+ * ends cancelled by its parent, the completed task stays completed (it is no longer
+ * open), and the child's TASK_COMPLETED, arriving at an ended instance, is dropped as
+ * stale. */
+static void test_race_completion_accepted_before_child_cancel(void)
+{
+    family_t f;
+    family_start(&f);
+    row_lock_t lock;
+    char sid[64];
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.child));
+    CU_ASSERT_EQUAL(cancel(f.parent, sid), 202);
+    int queued = wait_status(f.parent, "cancelled") && wait_queued(&lock, "strand-executor", 1);
+    long status = complete_task(f.task);
+    unlock_row(&lock);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL(status, 200);
+    expect_ended(f.parent, "cancelled", "cancelled");
+    expect_cancelled_by_parent(&f);
+    expect_stale(f.child, "TASK_COMPLETED");
+    expect_task_state(f.task, "completed/completed");
+    family_free(&f);
+}
+
+/* The completion first, its news first at the parent: the test holds the parent's
+ * runtime state; the task is completed, the child completes and its CHILD_COMPLETED
+ * queues on the lock; the cancel is accepted (202: the parent still waits) and its
+ * CANCEL comes after it. The parent completes; the CANCEL, arriving at an ended
+ * instance, is dropped as stale. */
+static void test_race_child_news_before_cancel(void)
+{
+    family_t f;
+    family_start(&f);
+    row_lock_t lock;
+    char sid[64];
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.parent));
+    long status = complete_task(f.task);
+    int queued = wait_status(f.child, "completed") && wait_queued(&lock, "strand-executor", 1);
+    long cancelled = cancel(f.parent, sid);
+    unlock_row(&lock);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL(status, 200);
+    CU_ASSERT_EQUAL(cancelled, 202);
+    expect_ended(f.parent, "completed", NULL);
+    expect_ended(f.child, "completed", NULL);
+    expect_stale(f.parent, "CANCEL");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT outcome FROM strand.processed_signals WHERE signal_id = '%s'", sid);
+    char *outcome = it_wait_text(sql, 30);
+    CU_ASSERT_STRING_EQUAL(outcome ? outcome : "", "stale");
+    free(outcome);
+    expect_task_state(f.task, "completed/completed");
+    family_free(&f);
+}
+
+/* The cancel first at the parent, the child's completion after it: the test holds the
+ * parent's runtime state; the cancel's CANCEL queues on the lock, then the task is
+ * completed (200). The parent ends cancelled; the child's TASK_COMPLETED was sent
+ * before the CANCEL its parent sends it, so the child completes, and its
+ * CHILD_COMPLETED, arriving at the cancelled parent, is dropped as stale. */
+static void test_race_cancel_before_child_news(void)
+{
+    family_t f;
+    family_start(&f);
+    row_lock_t lock;
+    char sid[64];
+    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.parent));
+    long cancelled = cancel(f.parent, sid);
+    int queued = wait_queued(&lock, "strand-executor", 1);
+    long status = complete_task(f.task);
+    unlock_row(&lock);
+    CU_ASSERT_TRUE(queued);
+    CU_ASSERT_EQUAL(cancelled, 202);
+    CU_ASSERT_EQUAL(status, 200);
+    expect_ended(f.parent, "cancelled", "cancelled");
+    expect_ended(f.child, "completed", NULL);
+    expect_stale(f.parent, "CHILD_COMPLETED");
+    expect_task_state(f.task, "completed/completed");
+    family_free(&f);
+}
+
+/* The completion applied in full first (the parent completed): the cancel answers 409
+ * instance_ended and enqueues nothing. */
+static void test_race_completion_first(void)
+{
+    family_t f;
+    family_start(&f);
+    CU_ASSERT_EQUAL(complete_task(f.task), 200);
+    expect_ended(f.parent, "completed", NULL);
+    json_t *p = NULL;
+    char path[160];
+    snprintf(path, sizeof path, "/v1/instances/%s/cancel", f.parent);
+    CU_ASSERT_EQUAL(it_req(IT_API, T_ADMIN, "POST", path, "{}", &p), 409);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(p, "code")) ?: "", "instance_ended");
+    json_decref(p);
+    expect_ended(f.child, "completed", NULL);
+    expect_task_state(f.task, "completed/completed");
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.audit_log WHERE instance_id = '%s'"
+             " AND action = 'cancel'", f.parent);
+    CU_ASSERT_EQUAL(it_sql_number(sql), 0);
+    family_free(&f);
 }
 
 static void test_stop(void)
@@ -481,7 +758,11 @@ int main(void)
         {"join any: the losing branch's task is cancelled", test_join_any_loser_task_cancelled},
         {"an instance that completes cancels its open task", test_completed_instance_cancels_open_task},
         {"only admins take a task assigned to someone else", test_assigned_task_only_admin_takes},
-        {"a parent's cancel racing its child's completion", test_cancel_races_child_completion},
+        {"cancel vs completion: the cancel takes the task first, 409", test_race_cancel_takes_task_first},
+        {"cancel vs completion: completion accepted, the child's cancel first", test_race_completion_accepted_before_child_cancel},
+        {"cancel vs completion: the child's news first at the parent", test_race_child_news_before_cancel},
+        {"cancel vs completion: the cancel first at the parent", test_race_cancel_before_child_news},
+        {"cancel vs completion: the completion applied first, 409", test_race_completion_first},
         {"cancel stops a Kafka call's re-raises", test_cancel_stops_kafka_call},
         {"a run replaced by id reuse ends what it owns", test_id_reuse_terminate_reaches_calls},
         {"stop", test_stop},
