@@ -856,3 +856,73 @@ int it_strandctl(const char *token, const char *args, char **out)
         free(text);
     return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+/* ---- forcing an order, and "nothing else happened" ---------------------------------- */
+
+int it_lock_row(it_row_lock_t *l, const char *table, const char *key, const char *id)
+{
+    char sql[300];
+    l->conn = it_pg_begin();
+    l->pid = PQbackendPID(l->conn);
+    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.%s WHERE %s = '%s' FOR UPDATE", table, key, id);
+    PGresult *res = PQexec(l->conn, sql);
+    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    PQclear(res);
+    CU_ASSERT_TRUE(ok);
+    return ok;
+}
+
+void it_unlock_row(it_row_lock_t *l)
+{
+    it_pg_commit(l->conn);
+    l->conn = NULL;
+}
+
+int it_wait_queued(const it_row_lock_t *l, const char *app, int n)
+{
+    char sql[800];
+    snprintf(sql, sizeof sql,
+             "WITH RECURSIVE q(pid) AS ("
+             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
+             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
+             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
+             l->pid, app);
+    long long got = it_wait_number(sql, n, 30);
+    if (got < n)
+        fprintf(stderr, "\n    %lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
+    CU_ASSERT_TRUE(got >= n);
+    return got >= n;
+}
+
+int it_marker_worked(const char *id)
+{
+    static int seq;
+    char signal_id[96];
+    snprintf(signal_id, sizeof signal_id, "it-marker-%d-%d", (int)getpid(), ++seq);
+    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
+    sig.envelope_version = 1;
+    sig.signal_id = signal_id;
+    sig.instance_id = (char *)id;
+    sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
+    sig.expected_version = 0;
+    sig.name = "marker";
+    sig.payload.data = (uint8_t *)"{}";
+    sig.payload.len = 2;
+    uint8_t buf[512];
+    size_t len = strand__v1__signal__get_packed_size(&sig);
+    if (len > sizeof buf)
+        return 0;
+    strand__v1__signal__pack(&sig, buf);
+    char hex[2 * sizeof buf + 1], sql[2048];
+    for (size_t i = 0; i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
+    snprintf(sql, sizeof sql,
+             "WITH m AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ('signals', '%s',"
+             " decode('%s', 'hex')) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
+             " SELECT count(*) FROM m, n", id, hex);
+    if (it_sql_number(sql) != 1)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'",
+             signal_id);
+    return it_wait_number(sql, 1, 30) == 1;
+}

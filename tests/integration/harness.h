@@ -180,4 +180,36 @@ void it_pg_commit(PGconn *conn);
  * not start or the API is not ready. */
 void it_start_api_executor(const char *auth_file);
 
+/* ---- forcing an order, and "nothing else happened" ---------------------------------- */
+
+/* A row lock the test holds in a transaction of its own: whatever needs the row meanwhile
+ * (an API check, a wake-up) queues behind it, and PostgreSQL grants a row lock to its
+ * waiters in the order they queued, so releasing it once the first is seen waiting
+ * decides which runs first. */
+typedef struct {
+    PGconn *conn;
+    int pid;          /* the lock's backend, for it_wait_queued() */
+} it_row_lock_t;
+
+/* Locks the row of strand.`table` whose `key` is `id` (FOR UPDATE); returns 1 if it
+ * holds it (asserted). Release with it_unlock_row(). */
+int it_lock_row(it_row_lock_t *l, const char *table, const char *key, const char *id);
+
+/* Commits the lock's transaction: the row is free again. */
+void it_unlock_row(it_row_lock_t *l);
+
+/* Waits until `n` sessions of application `app` ("strand-api", "strand-executor") queue
+ * behind the lock, directly or behind another waiter; returns 1 when they do within 30 s
+ * (asserted). */
+int it_wait_queued(const it_row_lock_t *l, const char *app, int n);
+
+/* Puts a marker behind every signal already in the outbox for instance `id`: an EXTERNAL
+ * signal named "marker" with expected_version 0 (so the executor drops it as stale,
+ * whatever the instance's state, and changes nothing), keyed by the instance like its
+ * signals, so the relay publishes it after them to their partition and the executor works
+ * it after them on the same worker. Returns 1 once the executor recorded it in
+ * processed_signals (within 30 s): then every signal sent to `id` before it has been
+ * worked. Its signal id starts with "it-marker-". */
+int it_marker_worked(const char *id);
+
 #endif

@@ -19,46 +19,6 @@
 
 static char name[64], ref[80], billing[64];
 
-/* Puts a marker behind every signal already in the outbox for instance `id`: an EXTERNAL
- * signal expecting state version 0 (stale whatever the instance's state: dropped with a
- * StaleSignal notice, nothing else changes), keyed by the instance like all its
- * signals, so the relay publishes it after them to their partition and the executor
- * works it after them on the same worker. Returns 1 once the executor recorded it in
- * processed_signals (within 30 s): then every signal sent to `id` before it has been
- * worked. (The same helper is in test_slice.c and test_process.c.) */
-static int marker_worked(const char *id)
-{
-    static int seq;
-    char signal_id[96];
-    snprintf(signal_id, sizeof signal_id, "lifecycle-marker-%d-%d", (int)getpid(), ++seq);
-    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
-    sig.envelope_version = 1;
-    sig.signal_id = signal_id;
-    sig.instance_id = (char *)id;
-    sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
-    sig.expected_version = 0;
-    sig.name = "marker";
-    sig.payload.data = (uint8_t *)"{}";
-    sig.payload.len = 2;
-    uint8_t buf[512];
-    size_t len = strand__v1__signal__get_packed_size(&sig);
-    if (len > sizeof buf)
-        return 0;
-    strand__v1__signal__pack(&sig, buf);
-    char hex[2 * sizeof buf + 1], sql[2048];
-    for (size_t i = 0; i < len; i++)
-        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
-    snprintf(sql, sizeof sql,
-             "WITH m AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ('signals', '%s',"
-             " decode('%s', 'hex')) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
-             " SELECT count(*) FROM m, n", id, hex);
-    if (it_sql_number(sql) != 1)
-        return 0;
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'",
-             signal_id);
-    return it_wait_number(sql, 1, 30) == 1;
-}
-
 static long trigger(const char *event, const char *request_id, json_t **answer)
 {
     char body[512];
@@ -276,7 +236,7 @@ static void test_final_state_and_versions(void)
     /* What a wrongly accepted trigger would have raised: a new instance (the API's own
      * insert, there with its answer) or a signal to this one, worked before a marker
      * sent after it. */
-    CU_ASSERT_TRUE(marker_worked(id));
+    CU_ASSERT_TRUE(it_marker_worked(id));
     CU_ASSERT_EQUAL(count_for_ref("instances", def, reference), 1);
     CU_ASSERT_EQUAL(count_for_ref("reserve-inventory", def, reference), 0);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.outbox WHERE topic = 'notices' AND key = '%s'"

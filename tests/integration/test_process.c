@@ -158,46 +158,6 @@ static long long wait_history(const char *id, const char *kind, long long n, int
     return it_wait_number(sql, n, timeout_s);
 }
 
-/* Puts a marker behind every signal already in the outbox for instance `id`: an EXTERNAL
- * signal expecting state version 0 (stale whatever the instance's state: dropped with a
- * StaleSignal notice, nothing else changes), keyed by the instance like all its
- * signals, so the relay publishes it after them to their partition and the executor
- * works it after them on the same worker. Returns 1 once the executor recorded it in
- * processed_signals (within 30 s): then every signal sent to `id` before it has been
- * worked. (The same helper is in test_slice.c and test_lifecycle.c.) */
-static int marker_worked(const char *id)
-{
-    static int seq;
-    char signal_id[96];
-    snprintf(signal_id, sizeof signal_id, "process-marker-%d-%d", (int)getpid(), ++seq);
-    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
-    sig.envelope_version = 1;
-    sig.signal_id = signal_id;
-    sig.instance_id = (char *)id;
-    sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
-    sig.expected_version = 0;
-    sig.name = "marker";
-    sig.payload.data = (uint8_t *)"{}";
-    sig.payload.len = 2;
-    uint8_t buf[512];
-    size_t len = strand__v1__signal__get_packed_size(&sig);
-    if (len > sizeof buf)
-        return 0;
-    strand__v1__signal__pack(&sig, buf);
-    char hex[2 * sizeof buf + 1], sql[2048];
-    for (size_t i = 0; i < len; i++)
-        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
-    snprintf(sql, sizeof sql,
-             "WITH m AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ('signals', '%s',"
-             " decode('%s', 'hex')) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
-             " SELECT count(*) FROM m, n", id, hex);
-    if (it_sql_number(sql) != 1)
-        return 0;
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'",
-             signal_id);
-    return it_wait_number(sql, 1, 30) == 1;
-}
-
 /* Waits until the process waits in the `verify` state with its timer armed: the
  * waitUntil answer is applied. (Entering `verify` is not enough: the waitUntil call's
  * answer is still to come as its own wake-up, and an RPC running beside that wake-up
@@ -383,7 +343,7 @@ static void test_attribute_write_failure_is_atomic(void)
     long long version = it_sql_number(sql);
     /* Nothing after the dead letter either (a redelivery, a retry): a marker sent after
      * it has been worked, and the version has not moved. */
-    CU_ASSERT_TRUE(marker_worked(id));
+    CU_ASSERT_TRUE(it_marker_worked(id));
     CU_ASSERT_EQUAL(it_sql_number(sql), version);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.dead_letters WHERE instance_id = '%s'", id);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);

@@ -406,51 +406,6 @@ static void test_lifecycle_verbs(void)
  * once the first is seen waiting decides which one runs first; no outcome depends on
  * timing. */
 
-typedef struct {
-    PGconn *conn;
-    int pid;
-} row_lock_t;
-
-/* Locks the instance's runtime state in a transaction of the test's own; returns 1 if
- * it holds the lock (release with unlock_state()). */
-static int lock_state(row_lock_t *l, const char *id)
-{
-    char sql[200];
-    l->conn = it_pg_begin();
-    l->pid = PQbackendPID(l->conn);
-    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.runtime_states WHERE instance_id = '%s' FOR UPDATE", id);
-    PGresult *res = PQexec(l->conn, sql);
-    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
-    PQclear(res);
-    CU_ASSERT_TRUE(ok);
-    return ok;
-}
-
-static void unlock_state(row_lock_t *l)
-{
-    it_pg_commit(l->conn);
-    l->conn = NULL;
-}
-
-/* Waits until `n` sessions of `app` queue behind the lock, directly or behind another
- * waiter: "strand-api" is a verb's check, "strand-executor" a wake-up. Returns 1 when
- * they do within 30 s. */
-static int wait_queued(const row_lock_t *l, const char *app, int n)
-{
-    char sql[800];
-    snprintf(sql, sizeof sql,
-             "WITH RECURSIVE q(pid) AS ("
-             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
-             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
-             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
-             l->pid, app);
-    long long got = it_wait_number(sql, n, 30);
-    if (got < n)
-        fprintf(stderr, "\n    %lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
-    CU_ASSERT_TRUE(got >= n);
-    return got >= n;
-}
-
 /* A verb POSTed in a thread of its own: it may queue behind the test's lock. */
 typedef struct {
     const char *id, *verb;
@@ -559,14 +514,14 @@ static void test_race_two_verbs(void)
     char *id = start(flow, NULL, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(id);
     long long v = wait_waiting(id, "task");
-    row_lock_t lock;
+    it_row_lock_t lock;
     racer_t a, b;
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", id));
     verb_async(&a, id, "variables", v, "\"patch\":{\"who\":\"a\"}");
-    int queued = wait_queued(&lock, "strand-api", 1);
+    int queued = it_wait_queued(&lock, "strand-api", 1);
     verb_async(&b, id, "variables", v, "\"patch\":{\"who\":\"b\"}");
-    queued = queued && wait_queued(&lock, "strand-api", 2);
-    unlock_state(&lock);
+    queued = queued && it_wait_queued(&lock, "strand-api", 2);
+    it_unlock_row(&lock);
     CU_ASSERT_EQUAL(verb_join(&a), 202);
     CU_ASSERT_EQUAL(verb_join(&b), 202);
     json_decref(a.answer);
@@ -588,12 +543,12 @@ static void test_race_two_verbs(void)
     /* on the timer wait: fire-timer first, skip-wait second */
     expect_outcome(apply(id, "skip-wait", NULL), "applied");
     v = wait_waiting(id, "timer");
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", id));
     verb_async(&a, id, "fire-timer", v, NULL);
-    queued = wait_queued(&lock, "strand-api", 1);
+    queued = it_wait_queued(&lock, "strand-api", 1);
     verb_async(&b, id, "skip-wait", v, NULL);
-    queued = queued && wait_queued(&lock, "strand-api", 2);
-    unlock_state(&lock);
+    queued = queued && it_wait_queued(&lock, "strand-api", 2);
+    it_unlock_row(&lock);
     CU_ASSERT_EQUAL(verb_join(&a), 202);
     CU_ASSERT_EQUAL(verb_join(&b), 202);
     json_decref(a.answer);
@@ -645,14 +600,14 @@ static void test_race_wakeup_before_check(void)
 {
     long long v;
     char *id = race_instance(&v), go[64];
-    row_lock_t lock;
+    it_row_lock_t lock;
     racer_t r;
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", id));
     send_go(id, go);
-    int queued = wait_queued(&lock, "strand-executor", 1);
+    int queued = it_wait_queued(&lock, "strand-executor", 1);
     verb_async(&r, id, "skip-wait", v, "\"payload\":{\"by\":\"verb\"}");
-    queued = queued && wait_queued(&lock, "strand-api", 1);
-    unlock_state(&lock);
+    queued = queued && it_wait_queued(&lock, "strand-api", 1);
+    it_unlock_row(&lock);
     long status = verb_join(&r);
     if (status != 409)
         fprintf(stderr, "\n    skip-wait after the wake-up answered %ld, want 409\n", status);
@@ -679,14 +634,14 @@ static void test_race_check_before_wakeup(void)
 {
     long long v;
     char *id = race_instance(&v), go[64];
-    row_lock_t lock;
+    it_row_lock_t lock;
     racer_t r;
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, id));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", id));
     verb_async(&r, id, "skip-wait", v, "\"payload\":{\"by\":\"verb\"}");
-    int queued = wait_queued(&lock, "strand-api", 1);
+    int queued = it_wait_queued(&lock, "strand-api", 1);
     send_go(id, go);
-    queued = queued && wait_queued(&lock, "strand-executor", 1);
-    unlock_state(&lock);
+    queued = queued && it_wait_queued(&lock, "strand-executor", 1);
+    it_unlock_row(&lock);
     long status = verb_join(&r);
     json_decref(r.answer);
     CU_ASSERT_TRUE(queued);

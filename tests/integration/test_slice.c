@@ -213,48 +213,6 @@ static void test_concurrent_starts_share_one_request_id(void)
         free(racers[i].id);
 }
 
-/* Puts a marker behind every signal already in the outbox for instance `id`: an EXTERNAL
- * signal expecting state version 0 (stale whatever the instance's state: dropped with a
- * StaleSignal notice, nothing else changes), keyed by the instance like all its
- * signals, so the relay publishes it after them to their partition and the executor
- * works it after them on the same worker. Returns 1 once the executor recorded it in
- * processed_signals (within 30 s): then every signal sent to `id` before it has been
- * worked. (A "nothing else happened" check waits for this, not for a fixed time that a
- * late duplicate could outlast. The same helper is in test_process.c and
- * test_lifecycle.c.) */
-static int marker_worked(const char *id)
-{
-    static int seq;
-    char signal_id[96];
-    snprintf(signal_id, sizeof signal_id, "slice-marker-%d-%d", (int)getpid(), ++seq);
-    Strand__V1__Signal sig = STRAND__V1__SIGNAL__INIT;
-    sig.envelope_version = 1;
-    sig.signal_id = signal_id;
-    sig.instance_id = (char *)id;
-    sig.type = STRAND__V1__SIGNAL_TYPE__SIGNAL_TYPE_EXTERNAL;
-    sig.expected_version = 0;
-    sig.name = "marker";
-    sig.payload.data = (uint8_t *)"{}";
-    sig.payload.len = 2;
-    uint8_t buf[512];
-    size_t len = strand__v1__signal__get_packed_size(&sig);
-    if (len > sizeof buf)
-        return 0;
-    strand__v1__signal__pack(&sig, buf);
-    char hex[2 * sizeof buf + 1], sql[2048];
-    for (size_t i = 0; i < len; i++)
-        snprintf(hex + 2 * i, 3, "%02x", buf[i]);
-    snprintf(sql, sizeof sql,
-             "WITH m AS (INSERT INTO strand.outbox (topic, key, payload) VALUES ('signals', '%s',"
-             " decode('%s', 'hex')) RETURNING 1), n AS (SELECT pg_notify('strand_outbox', ''))"
-             " SELECT count(*) FROM m, n", id, hex);
-    if (it_sql_number(sql) != 1)
-        return 0;
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE signal_id = '%s'",
-             signal_id);
-    return it_wait_number(sql, 1, 30) == 1;
-}
-
 static void test_redelivered_start_is_applied_once(void)
 {
     long status = 0;
@@ -283,9 +241,9 @@ static void test_redelivered_start_is_applied_once(void)
         usleep(50 * 1000);
     CU_ASSERT_EQUAL(published, 2);
     /* The duplicate has been worked once a marker sent after it has. */
-    CU_ASSERT_TRUE(marker_worked(id));
+    CU_ASSERT_TRUE(it_marker_worked(id));
     snprintf(sql, sizeof sql, "SELECT count(*) FROM strand.processed_signals WHERE instance_id = '%s'"
-             " AND signal_id NOT LIKE 'slice-marker-%%'", id);
+             " AND signal_id NOT LIKE 'it-marker-%%'", id);
     CU_ASSERT_EQUAL(it_sql_number(sql), 1);
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM strand.history WHERE instance_id = '%s' AND kind = 'wakeup'", id);

@@ -427,56 +427,6 @@ static void test_id_reuse_terminate_reaches_calls(void)
  * timing. (The cancel applied in full before the completion is the case "cancel a
  * parent" above: the completion answers 409 task_cancelled.) */
 
-typedef struct {
-    PGconn *conn;
-    int pid;
-} row_lock_t;
-
-/* Locks the row of strand.`table` whose `key` is `id`, in a transaction of the test's
- * own; returns 1 if it holds the lock (release with unlock_row()). */
-static int lock_row(row_lock_t *l, const char *table, const char *key, const char *id)
-{
-    char sql[300];
-    l->conn = it_pg_begin();
-    l->pid = PQbackendPID(l->conn);
-    snprintf(sql, sizeof sql, "SELECT 1 FROM strand.%s WHERE %s = '%s' FOR UPDATE", table, key, id);
-    PGresult *res = PQexec(l->conn, sql);
-    int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
-    PQclear(res);
-    CU_ASSERT_TRUE(ok);
-    return ok;
-}
-
-static int lock_state(row_lock_t *l, const char *instance_id)
-{
-    return lock_row(l, "runtime_states", "instance_id", instance_id);
-}
-
-static void unlock_row(row_lock_t *l)
-{
-    it_pg_commit(l->conn);
-    l->conn = NULL;
-}
-
-/* Waits until `n` sessions of `app` queue behind the lock, directly or behind another
- * waiter: "strand-api" is a request, "strand-executor" a wake-up. Returns 1 when they
- * do within 30 s. */
-static int wait_queued(const row_lock_t *l, const char *app, int n)
-{
-    char sql[800];
-    snprintf(sql, sizeof sql,
-             "WITH RECURSIVE q(pid) AS ("
-             " SELECT pid FROM pg_stat_activity WHERE %d = ANY(pg_blocking_pids(pid))"
-             " UNION SELECT a.pid FROM pg_stat_activity a JOIN q ON q.pid = ANY(pg_blocking_pids(a.pid)))"
-             " SELECT count(*) FROM q JOIN pg_stat_activity s ON s.pid = q.pid WHERE s.application_name = '%s'",
-             l->pid, app);
-    long long got = it_wait_number(sql, n, 30);
-    if (got < n)
-        fprintf(stderr, "\n%lld %s session(s) queued behind the test's lock, want %d\n", got, app, n);
-    CU_ASSERT_TRUE(got >= n);
-    return got >= n;
-}
-
 /* A POST answered in a thread of its own: it may queue behind the test's lock. */
 typedef struct {
     const char *token;
@@ -605,15 +555,15 @@ static void test_race_cancel_takes_task_first(void)
 {
     family_t f;
     family_start(&f);
-    row_lock_t lock;
+    it_row_lock_t lock;
     async_post_t done;
     char sid[64];
-    CU_ASSERT_TRUE_FATAL(lock_row(&lock, "tasks", "id", f.task));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "tasks", "id", f.task));
     CU_ASSERT_EQUAL(cancel(f.parent, sid), 202);
-    int queued = wait_status(f.parent, "cancelled") && wait_queued(&lock, "strand-executor", 1);
+    int queued = wait_status(f.parent, "cancelled") && it_wait_queued(&lock, "strand-executor", 1);
     complete_async(&done, f.task);
-    queued = queued && wait_queued(&lock, "strand-api", 1);
-    unlock_row(&lock);
+    queued = queued && it_wait_queued(&lock, "strand-api", 1);
+    it_unlock_row(&lock);
     long status = async_join(&done);
     CU_ASSERT_TRUE(queued);
     CU_ASSERT_EQUAL(status, 409);
@@ -636,13 +586,13 @@ static void test_race_completion_accepted_before_child_cancel(void)
 {
     family_t f;
     family_start(&f);
-    row_lock_t lock;
+    it_row_lock_t lock;
     char sid[64];
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.child));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", f.child));
     CU_ASSERT_EQUAL(cancel(f.parent, sid), 202);
-    int queued = wait_status(f.parent, "cancelled") && wait_queued(&lock, "strand-executor", 1);
+    int queued = wait_status(f.parent, "cancelled") && it_wait_queued(&lock, "strand-executor", 1);
     long status = complete_task(f.task);
-    unlock_row(&lock);
+    it_unlock_row(&lock);
     CU_ASSERT_TRUE(queued);
     CU_ASSERT_EQUAL(status, 200);
     expect_ended(f.parent, "cancelled", "cancelled");
@@ -661,13 +611,13 @@ static void test_race_child_news_before_cancel(void)
 {
     family_t f;
     family_start(&f);
-    row_lock_t lock;
+    it_row_lock_t lock;
     char sid[64];
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.parent));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", f.parent));
     long status = complete_task(f.task);
-    int queued = wait_status(f.child, "completed") && wait_queued(&lock, "strand-executor", 1);
+    int queued = wait_status(f.child, "completed") && it_wait_queued(&lock, "strand-executor", 1);
     long cancelled = cancel(f.parent, sid);
-    unlock_row(&lock);
+    it_unlock_row(&lock);
     CU_ASSERT_TRUE(queued);
     CU_ASSERT_EQUAL(status, 200);
     CU_ASSERT_EQUAL(cancelled, 202);
@@ -692,13 +642,13 @@ static void test_race_cancel_before_child_news(void)
 {
     family_t f;
     family_start(&f);
-    row_lock_t lock;
+    it_row_lock_t lock;
     char sid[64];
-    CU_ASSERT_TRUE_FATAL(lock_state(&lock, f.parent));
+    CU_ASSERT_TRUE_FATAL(it_lock_row(&lock, "runtime_states", "instance_id", f.parent));
     long cancelled = cancel(f.parent, sid);
-    int queued = wait_queued(&lock, "strand-executor", 1);
+    int queued = it_wait_queued(&lock, "strand-executor", 1);
     long status = complete_task(f.task);
-    unlock_row(&lock);
+    it_unlock_row(&lock);
     CU_ASSERT_TRUE(queued);
     CU_ASSERT_EQUAL(cancelled, 202);
     CU_ASSERT_EQUAL(status, 200);
