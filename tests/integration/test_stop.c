@@ -132,11 +132,36 @@ static void test_stop_with_frozen_broker(void)
 
 /* After the broker resumes, the services start, become ready and stop again: a cut
  * stop left nothing behind that holds the next start. */
+/* True once `svc` reports a partition its consumer holds (its first assignment came),
+ * within 30 s. */
+static int holds_partitions(it_service_t svc)
+{
+    for (int i = 0; i < 300; i++) {
+        char *text = NULL;
+        int found = it_http_text(svc, "/metrics", &text) == 200 && text != NULL &&
+                    strstr(text, "strand_kafka_consumer_partition_lag_messages{") != NULL;
+        free(text);
+        if (found)
+            return 1;
+        usleep(100 * 1000);
+    }
+    return 0;
+}
+
 static void test_start_after_cut_stop(void)
 {
+    setenv("STRAND_KAFKA_LAG_INTERVAL_MS", "200", 1);
     CU_ASSERT_TRUE_FATAL(it_start_all(90));
     CU_ASSERT_EQUAL(it_wait_http(IT_EXECUTOR, "/readyz", 200, 60), 1);
+    /* Stopped only once their consumers hold their partitions: librdkafka 2.0.2 aborts
+     * (rd_kafka_sticky_assignor_state_destroy, its issue 4312, fixed in 2.3.0) when a
+     * cooperative-sticky member is destroyed between its JoinGroup and its first
+     * assignment, which a stop 0.1 s after /readyz hit in CI. That is a known defect of
+     * a service stopped while it joins (docs/operations.md), not what this case tests. */
+    CU_ASSERT_TRUE(holds_partitions(IT_API));
+    CU_ASSERT_TRUE(holds_partitions(IT_EXECUTOR));
     CU_ASSERT_TRUE(it_stop_all());
+    unsetenv("STRAND_KAFKA_LAG_INTERVAL_MS");
 }
 
 int main(void)
